@@ -1,0 +1,153 @@
+// Package format reads and writes .sinf files (spec/sinf.md) and defines the
+// typed, zero-copy tensor views that every weight source hands to the runtime.
+// It knows bytes, dtypes and shapes; it holds no model logic.
+package format
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// DType is the element type of a stored tensor. All multi-byte values are
+// little-endian (spec/sinf.md §2).
+type DType uint8
+
+const (
+	// F32 is IEEE-754 binary32.
+	F32 DType = iota + 1
+	// F16 is IEEE-754 binary16.
+	F16
+	// BF16 is bfloat16: the upper 16 bits of a binary32.
+	BF16
+	// I32 is a two's-complement 32-bit integer (index maps).
+	I32
+	// F64 is IEEE-754 binary64 (score files).
+	F64
+)
+
+// Size returns the size of one element in bytes, or 0 for an unknown dtype.
+func (d DType) Size() int {
+	switch d {
+	case F32, I32:
+		return 4
+	case F16, BF16:
+		return 2
+	case F64:
+		return 8
+	}
+	return 0
+}
+
+// String returns the dtype's name as safetensors spells it ("F32", "BF16", ...).
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "F32"
+	case F16:
+		return "F16"
+	case BF16:
+		return "BF16"
+	case I32:
+		return "I32"
+	case F64:
+		return "F64"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// ParseDType parses a dtype name, case-insensitively ("f16", "BF16", ...).
+// It returns an error naming the value for anything else.
+func ParseDType(s string) (DType, error) {
+	switch strings.ToUpper(s) {
+	case "F32":
+		return F32, nil
+	case "F16":
+		return F16, nil
+	case "BF16":
+		return BF16, nil
+	case "I32":
+		return I32, nil
+	case "F64":
+		return F64, nil
+	}
+	return 0, fmt.Errorf("unknown dtype %q (want F32, F16, BF16, I32 or F64)", s)
+}
+
+// F16ToF32 converts an IEEE-754 binary16 bit pattern to float32 exactly,
+// including subnormals, infinities and NaN.
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch {
+	case exp == 0x1f: // Inf or NaN
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	case exp == 0:
+		if mant == 0 {
+			return math.Float32frombits(sign)
+		}
+		// Subnormal: normalise.
+		e := uint32(127 - 15 + 1)
+		for mant&0x400 == 0 {
+			mant <<= 1
+			e--
+		}
+		mant &= 0x3ff
+		return math.Float32frombits(sign | e<<23 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// F32ToF16 converts a float32 to the nearest binary16 (round to nearest even),
+// saturating to infinity on overflow and keeping NaN a NaN.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	mant := b & 0x7fffff
+	if exp == 0xff {
+		if mant != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		if e < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint32(14 - e)
+		half := uint32(1) << (shift - 1)
+		rounded := mant >> shift
+		rem := mant & (1<<shift - 1)
+		if rem > half || (rem == half && rounded&1 == 1) {
+			rounded++
+		}
+		return sign | uint16(rounded)
+	}
+	rounded := uint32(e)<<10 | mant>>13
+	rem := mant & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && rounded&1 == 1) {
+		rounded++ // may carry into the exponent, which is correct (up to Inf)
+	}
+	return sign | uint16(rounded)
+}
+
+// BF16ToF32 converts a bfloat16 bit pattern to float32 exactly.
+func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// F32ToBF16 converts a float32 to the nearest bfloat16 (round to nearest even),
+// keeping NaN a NaN.
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}

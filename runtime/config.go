@@ -1,0 +1,229 @@
+package runtime
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// RopeScaling is HF's rope_scaling block; only rope_type "llama3" changes the
+// frequencies (transformers modeling_rope_utils.py, _compute_llama3_parameters).
+type RopeScaling struct {
+	Type                          string  `json:"rope_type"`
+	Factor                        float64 `json:"factor"`
+	LowFreqFactor                 float64 `json:"low_freq_factor"`
+	HighFreqFactor                float64 `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings"`
+}
+
+// Config is the architecture of a decoder-only Llama-family model, read from a
+// HuggingFace config.json (transformers LlamaConfig / Qwen2Config).
+type Config struct {
+	ModelType        string       // "llama" or "qwen2"
+	Hidden           int          // hidden_size
+	Intermediate     int          // intermediate_size: N, the FFN neurons per layer
+	Layers           int          // num_hidden_layers
+	Heads            int          // num_attention_heads
+	KVHeads          int          // num_key_value_heads
+	HeadDim          int          // head_dim, or hidden_size / num_attention_heads
+	Vocab            int          // vocab_size
+	MaxPositions     int          // max_position_embeddings: the context length
+	RMSNormEps       float64      // rms_norm_eps
+	RopeTheta        float64      // rope_theta
+	RopeScaling      *RopeScaling // nil when none
+	TieEmbeddings    bool         // tie_word_embeddings
+	AttentionBias    bool         // q/k/v (and o for llama) projections carry biases
+	BOS              int          // bos_token_id, -1 when absent
+	EOS              []int        // eos_token_id (an int or a list)
+	HiddenAct        string       // hidden_act; only "silu" is supported
+}
+
+// Architectures lists the model_type values this runtime runs.
+var Architectures = map[string]bool{"llama": true, "qwen2": true}
+
+type hfConfig struct {
+	ModelType         string          `json:"model_type"`
+	HiddenSize        int             `json:"hidden_size"`
+	IntermediateSize  int             `json:"intermediate_size"`
+	NumHiddenLayers   int             `json:"num_hidden_layers"`
+	NumAttentionHeads int             `json:"num_attention_heads"`
+	NumKeyValueHeads  int             `json:"num_key_value_heads"`
+	HeadDim           int             `json:"head_dim"`
+	VocabSize         int             `json:"vocab_size"`
+	MaxPositions      int             `json:"max_position_embeddings"`
+	RMSNormEps        float64         `json:"rms_norm_eps"`
+	RopeTheta         float64         `json:"rope_theta"`
+	RopeScaling       json.RawMessage `json:"rope_scaling"`
+	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
+	AttentionBias     bool            `json:"attention_bias"`
+	MLPBias           bool            `json:"mlp_bias"`
+	BOSTokenID        json.RawMessage `json:"bos_token_id"`
+	EOSTokenID        json.RawMessage `json:"eos_token_id"`
+	HiddenAct         string          `json:"hidden_act"`
+}
+
+// ParseConfig parses a HuggingFace config.json. name labels errors (the file
+// path). It rejects unknown model types (naming the supported ones), missing or
+// non-positive sizes, and heads that do not divide evenly.
+func ParseConfig(name string, data []byte) (Config, error) {
+	var h hfConfig
+	if err := json.Unmarshal(data, &h); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if !Architectures[h.ModelType] {
+		known := make([]string, 0, len(Architectures))
+		for k := range Architectures {
+			known = append(known, k)
+		}
+		sort.Strings(known)
+		return Config{}, fmt.Errorf("%s: model_type %q is not supported (supported: %s)", name, h.ModelType, strings.Join(known, ", "))
+	}
+	c := Config{
+		ModelType:     h.ModelType,
+		Hidden:        h.HiddenSize,
+		Intermediate:  h.IntermediateSize,
+		Layers:        h.NumHiddenLayers,
+		Heads:         h.NumAttentionHeads,
+		KVHeads:       h.NumKeyValueHeads,
+		HeadDim:       h.HeadDim,
+		Vocab:         h.VocabSize,
+		MaxPositions:  h.MaxPositions,
+		RMSNormEps:    h.RMSNormEps,
+		RopeTheta:     h.RopeTheta,
+		TieEmbeddings: true,
+		AttentionBias: h.AttentionBias || h.ModelType == "qwen2",
+		BOS:           -1,
+		HiddenAct:     h.HiddenAct,
+	}
+	if h.TieWordEmbeddings != nil {
+		c.TieEmbeddings = *h.TieWordEmbeddings
+	}
+	if c.KVHeads == 0 {
+		c.KVHeads = c.Heads
+	}
+	if c.RopeTheta == 0 {
+		c.RopeTheta = 10000
+	}
+	if c.RMSNormEps == 0 {
+		c.RMSNormEps = 1e-6
+	}
+	if c.HiddenAct == "" {
+		c.HiddenAct = "silu"
+	}
+	for _, f := range []struct {
+		field string
+		v     int
+	}{{"hidden_size", c.Hidden}, {"intermediate_size", c.Intermediate}, {"num_hidden_layers", c.Layers},
+		{"num_attention_heads", c.Heads}, {"num_key_value_heads", c.KVHeads}, {"vocab_size", c.Vocab},
+		{"max_position_embeddings", c.MaxPositions}} {
+		if f.v <= 0 {
+			return Config{}, fmt.Errorf("%s: field %s must be positive, found %d", name, f.field, f.v)
+		}
+	}
+	if c.HeadDim == 0 {
+		if c.Hidden%c.Heads != 0 {
+			return Config{}, fmt.Errorf("%s: hidden_size %d is not divisible by num_attention_heads %d", name, c.Hidden, c.Heads)
+		}
+		c.HeadDim = c.Hidden / c.Heads
+	}
+	if c.HeadDim%2 != 0 {
+		return Config{}, fmt.Errorf("%s: head_dim %d must be even for RoPE", name, c.HeadDim)
+	}
+	if c.Heads%c.KVHeads != 0 {
+		return Config{}, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", name, c.Heads, c.KVHeads)
+	}
+	if c.HiddenAct != "silu" {
+		return Config{}, fmt.Errorf("%s: hidden_act %q is not supported (supported: silu)", name, c.HiddenAct)
+	}
+	if h.MLPBias {
+		return Config{}, fmt.Errorf("%s: mlp_bias true is not supported", name)
+	}
+	if len(h.RopeScaling) > 0 && string(h.RopeScaling) != "null" {
+		var rs RopeScaling
+		var legacy struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(h.RopeScaling, &rs); err != nil {
+			return Config{}, fmt.Errorf("%s: field rope_scaling: %w", name, err)
+		}
+		_ = json.Unmarshal(h.RopeScaling, &legacy)
+		if rs.Type == "" {
+			rs.Type = legacy.Type
+		}
+		switch rs.Type {
+		case "default", "":
+		case "llama3":
+			if rs.Factor <= 0 || rs.LowFreqFactor <= 0 || rs.HighFreqFactor <= rs.LowFreqFactor || rs.OriginalMaxPositionEmbeddings <= 0 {
+				return Config{}, fmt.Errorf("%s: field rope_scaling: llama3 needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings", name)
+			}
+			c.RopeScaling = &rs
+		default:
+			return Config{}, fmt.Errorf("%s: rope_scaling type %q is not supported (supported: llama3)", name, rs.Type)
+		}
+	}
+	var err error
+	if c.BOS, err = parseTokenIDs(h.BOSTokenID, -1); err != nil {
+		return Config{}, fmt.Errorf("%s: field bos_token_id: %w", name, err)
+	}
+	if c.EOS, err = parseTokenList(h.EOSTokenID); err != nil {
+		return Config{}, fmt.Errorf("%s: field eos_token_id: %w", name, err)
+	}
+	return c, nil
+}
+
+// parseTokenIDs reads an int, null, or the first of a list; def when absent.
+func parseTokenIDs(raw json.RawMessage, def int) (int, error) {
+	l, err := parseTokenList(raw)
+	if err != nil || len(l) == 0 {
+		return def, err
+	}
+	return l[0], nil
+}
+
+// parseTokenList reads an int, a list of ints, or null.
+func parseTokenList(raw json.RawMessage) ([]int, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one int
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []int{one}, nil
+	}
+	var many []int
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("want an int or a list of ints, found %s", raw)
+	}
+	return many, nil
+}
+
+// ropeInvFreq returns the inverse frequencies θ_i = theta^(-2i/d), i < d/2,
+// adjusted by llama3 scaling when configured (HF _compute_llama3_parameters).
+func (c Config) ropeInvFreq() []float64 {
+	half := c.HeadDim / 2
+	inv := make([]float64, half)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim))
+	}
+	rs := c.RopeScaling
+	if rs == nil || rs.Type != "llama3" {
+		return inv
+	}
+	old := float64(rs.OriginalMaxPositionEmbeddings)
+	lowWave := old / rs.LowFreqFactor
+	highWave := old / rs.HighFreqFactor
+	for i, f := range inv {
+		wave := 2 * math.Pi / f
+		switch {
+		case wave < highWave:
+			// high frequency: unchanged
+		case wave > lowWave:
+			inv[i] = f / rs.Factor
+		default:
+			smooth := (old/wave - rs.LowFreqFactor) / (rs.HighFreqFactor - rs.LowFreqFactor)
+			inv[i] = (1-smooth)*f/rs.Factor + smooth*f
+		}
+	}
+	return inv
+}
