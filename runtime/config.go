@@ -21,23 +21,23 @@ type RopeScaling struct {
 // Config is the architecture of a decoder-only Llama-family model, read from a
 // HuggingFace config.json (transformers LlamaConfig / Qwen2Config).
 type Config struct {
-	ModelType        string       // "llama" or "qwen2"
-	Hidden           int          // hidden_size
-	Intermediate     int          // intermediate_size: N, the FFN neurons per layer
-	Layers           int          // num_hidden_layers
-	Heads            int          // num_attention_heads
-	KVHeads          int          // num_key_value_heads
-	HeadDim          int          // head_dim, or hidden_size / num_attention_heads
-	Vocab            int          // vocab_size
-	MaxPositions     int          // max_position_embeddings: the context length
-	RMSNormEps       float64      // rms_norm_eps
-	RopeTheta        float64      // rope_theta
-	RopeScaling      *RopeScaling // nil when none
-	TieEmbeddings    bool         // tie_word_embeddings
-	AttentionBias    bool         // q/k/v (and o for llama) projections carry biases
-	BOS              int          // bos_token_id, -1 when absent
-	EOS              []int        // eos_token_id (an int or a list)
-	HiddenAct        string       // hidden_act; only "silu" is supported
+	ModelType     string       // "llama" or "qwen2"
+	Hidden        int          // hidden_size
+	Intermediate  int          // intermediate_size: N, the FFN neurons per layer
+	Layers        int          // num_hidden_layers
+	Heads         int          // num_attention_heads
+	KVHeads       int          // num_key_value_heads
+	HeadDim       int          // head_dim, or hidden_size / num_attention_heads
+	Vocab         int          // vocab_size
+	MaxPositions  int          // max_position_embeddings: the context length
+	RMSNormEps    float64      // rms_norm_eps
+	RopeTheta     float64      // rope_theta
+	RopeScaling   *RopeScaling // nil when none
+	TieEmbeddings bool         // tie_word_embeddings
+	AttentionBias bool         // q/k/v (and o for llama) projections carry biases
+	BOS           int          // bos_token_id, -1 when absent
+	EOS           []int        // eos_token_id (an int or a list)
+	HiddenAct     string       // hidden_act; only "silu" is supported
 }
 
 // Architectures lists the model_type values this runtime runs.

@@ -1,0 +1,228 @@
+// Package hf reads HuggingFace checkpoint folders: config.json,
+// generation_config.json, and model.safetensors or a sharded
+// model.safetensors.index.json. Tensor data is served zero-copy from
+// read-only memory maps of the safetensors files (github.com/nlpodyssey/safetensors
+// parses the headers). A Checkpoint implements runtime.Source.
+package hf
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/nlpodyssey/safetensors"
+	"golang.org/x/sys/unix"
+
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime"
+)
+
+// Checkpoint is an open HF checkpoint folder.
+type Checkpoint struct {
+	Dir              string
+	Config           runtime.Config
+	ConfigJSON       []byte // config.json as stored
+	GenerationConfig []byte // generation_config.json, nil when absent
+
+	files   []*stFile
+	tensors map[string]tensorRef
+	names   []string // sorted
+}
+
+type stFile struct {
+	path string
+	data []byte // the mapping
+	st   safetensors.SafeTensors
+}
+
+type tensorRef struct {
+	file *stFile
+	name string
+}
+
+// Open reads dir's config.json and maps its safetensors files. Errors name the
+// file and, where one is at fault, the field or tensor: an unknown model_type,
+// a truncated file, an absurd header length, offsets past the end, a dtype
+// this runtime does not read.
+func Open(dir string) (*Checkpoint, error) {
+	c := &Checkpoint{Dir: dir, tensors: map[string]tensorRef{}}
+	cfgPath := filepath.Join(dir, "config.json")
+	var err error
+	if c.ConfigJSON, err = os.ReadFile(cfgPath); err != nil {
+		return nil, err
+	}
+	if c.Config, err = runtime.ParseConfig(cfgPath, c.ConfigJSON); err != nil {
+		return nil, err
+	}
+	if g, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil {
+		c.GenerationConfig = g
+	}
+	files, err := weightFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range files {
+		if err := c.mapFile(path); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	for n := range c.tensors {
+		c.names = append(c.names, n)
+	}
+	sort.Strings(c.names)
+	return c, nil
+}
+
+// weightFiles lists the safetensors files of dir: the shards named by
+// model.safetensors.index.json, else model.safetensors.
+func weightFiles(dir string) ([]string, error) {
+	idxPath := filepath.Join(dir, "model.safetensors.index.json")
+	raw, err := os.ReadFile(idxPath)
+	if errors.Is(err, os.ErrNotExist) {
+		single := filepath.Join(dir, "model.safetensors")
+		if _, err := os.Stat(single); err != nil {
+			return nil, fmt.Errorf("%s: no model.safetensors or model.safetensors.index.json: %w", dir, err)
+		}
+		return []string{single}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(raw, &idx); err != nil {
+		return nil, fmt.Errorf("%s: %w", idxPath, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, fmt.Errorf("%s: field weight_map is empty", idxPath)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range idx.WeightMap {
+		if f != filepath.Base(f) {
+			return nil, fmt.Errorf("%s: field weight_map names %q outside the folder", idxPath, f)
+		}
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, filepath.Join(dir, f))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (c *Checkpoint) mapFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() < 8 {
+		return fmt.Errorf("%s: truncated: %d bytes, a safetensors file needs at least 8", path, fi.Size())
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("%s: mmap: %w", path, err)
+	}
+	sf := &stFile{path: path, data: data}
+	c.files = append(c.files, sf)
+	if sf.st, err = safetensors.Deserialize(data); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, nv := range sf.st.Tensors() {
+		if _, err := toDType(nv.TensorView.DType()); err != nil {
+			return fmt.Errorf("%s: tensor %s: %w", path, nv.Name, err)
+		}
+		if prev, dup := c.tensors[nv.Name]; dup {
+			return fmt.Errorf("%s: tensor %s also stored in %s", path, nv.Name, prev.file.path)
+		}
+		c.tensors[nv.Name] = tensorRef{file: sf, name: nv.Name}
+	}
+	return nil
+}
+
+func toDType(d safetensors.DType) (format.DType, error) {
+	switch d {
+	case safetensors.F32:
+		return format.F32, nil
+	case safetensors.F16:
+		return format.F16, nil
+	case safetensors.BF16:
+		return format.BF16, nil
+	case safetensors.I32:
+		return format.I32, nil
+	case safetensors.F64:
+		return format.F64, nil
+	}
+	return 0, fmt.Errorf("dtype %v is not read (supported: F32, F16, BF16)", d)
+}
+
+// Has reports whether the checkpoint stores the named tensor.
+func (c *Checkpoint) Has(name string) bool { _, ok := c.tensors[name]; return ok }
+
+// Names returns the stored tensor names, sorted.
+func (c *Checkpoint) Names() []string { return c.names }
+
+// Tensor returns a zero-copy view of the named tensor, or an error naming it
+// and the folder when it is not stored.
+func (c *Checkpoint) Tensor(name string) (format.Tensor, error) {
+	ref, ok := c.tensors[name]
+	if !ok {
+		return format.Tensor{}, fmt.Errorf("tensor %s not found", name)
+	}
+	v, _ := ref.file.st.Tensor(name)
+	dt, _ := toDType(v.DType())
+	shape := make([]int, len(v.Shape()))
+	for i, d := range v.Shape() {
+		shape[i] = int(d)
+	}
+	return format.Tensor{Name: name, DType: dt, Shape: shape, Data: v.Data()}, nil
+}
+
+// Digest returns the hex SHA-256 of config.json and every weight file's bytes,
+// in file-name order: the source identity recorded in .sinf provenance.
+func (c *Checkpoint) Digest() string {
+	h := sha256.New()
+	h.Write(c.ConfigJSON)
+	for _, f := range c.files {
+		h.Write(f.data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Close unmaps the files. Views handed out before must not be used after.
+func (c *Checkpoint) Close() error {
+	var first error
+	for _, f := range c.files {
+		if err := unix.Munmap(f.data); err != nil && first == nil {
+			first = err
+		}
+	}
+	c.files = nil
+	return first
+}
+
+// Load opens dir and binds its weights to a runtime.Model (all layers whole).
+func Load(dir string) (*Checkpoint, *runtime.Model, error) {
+	c, err := Open(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := runtime.Load(c.Config, c, runtime.LoadOptions{})
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return c, m, nil
+}

@@ -1,0 +1,379 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+// Observer receives the down_proj inputs a = silu(gate)·up of a layer for a
+// batch of T tokens: act is [T, len(rows)] row-major, rows[j] the original
+// neuron index of column j (paper §3: the profiler's s_n = Σ_t |a_n(t)|).
+// It is called during Forward from the calling goroutine; act is reused after
+// it returns.
+type Observer interface {
+	ObserveFFN(layer int, act []float32, T int, rows []int32)
+}
+
+// Session is one sequence's state: the KV cache and the activation buffers,
+// allocated once and reused for every token (llama2.c's RunState).
+type Session struct {
+	m       *Model
+	pool    *kernels.Pool
+	ctx     int // KV cache length in positions
+	pos     int // positions filled
+	kcache  [][]float32
+	vcache  [][]float32
+	Observe Observer // optional
+
+	// active[i] lists the rows of layer i's MLP to compute; nil = all rows.
+	active [][]int32
+	// MaskedReference computes every loaded neuron and zeroes those outside
+	// the active set: the masked dense reference the sparse path must equal.
+	MaskedReference bool
+
+	buf buffers
+}
+
+type buffers struct {
+	T                int       // token capacity of the batch buffers
+	x, xb, xb2       []float32 // [T, hidden]
+	q                []float32 // [T, heads·hd]
+	k, v             []float32 // [T, kv·hd]
+	att              []float32 // [ctx]
+	gate, up         []float32 // [T, N]
+	logits           []float32 // [T or 1, vocab]
+	cos, sin         []float32 // [hd/2] for one position
+	ropeCos, ropeSin []float32 // [ctx, hd/2]
+}
+
+// ErrContextFull is returned when a sequence would exceed the session's context.
+var ErrContextFull = errors.New("context length exceeded")
+
+// NewSession allocates a session with room for ctx positions (ctx ≤ 0 or
+// larger than max_position_embeddings: max_position_embeddings) computing on
+// pool. A KV cache costs 2·layers·ctx·kv_heads·head_dim·4 bytes.
+func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
+	c := m.Config
+	if ctx <= 0 || ctx > c.MaxPositions {
+		ctx = c.MaxPositions
+	}
+	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([][]float32, c.Layers), vcache: make([][]float32, c.Layers), active: make([][]int32, c.Layers)}
+	kvd := c.KVHeads * c.HeadDim
+	for i := range s.kcache {
+		s.kcache[i] = make([]float32, ctx*kvd)
+		s.vcache[i] = make([]float32, ctx*kvd)
+	}
+	half := c.HeadDim / 2
+	s.buf.ropeCos = make([]float32, ctx*half)
+	s.buf.ropeSin = make([]float32, ctx*half)
+	for p := 0; p < ctx; p++ {
+		for i, f := range m.invFreq {
+			a := float64(p) * f
+			s.buf.ropeCos[p*half+i] = float32(math.Cos(a))
+			s.buf.ropeSin[p*half+i] = float32(math.Sin(a))
+		}
+	}
+	s.buf.att = make([]float32, ctx)
+	return s
+}
+
+// Context returns the session's context length; Pos the positions filled.
+func (s *Session) Context() int { return s.ctx }
+
+// Pos returns the number of positions in the KV cache.
+func (s *Session) Pos() int { return s.pos }
+
+// Reset empties the KV cache and the active sets, keeping the buffers.
+func (s *Session) Reset() {
+	s.pos = 0
+	clear(s.active)
+}
+
+// SetActive sets the rows of layer i's MLP that Forward computes (nil: all).
+func (s *Session) SetActive(layer int, rows []int32) { s.active[layer] = rows }
+
+// Active returns the rows computed for layer i (nil: all loaded rows).
+func (s *Session) Active(layer int) []int32 { return s.active[layer] }
+
+func (s *Session) ensure(T int) {
+	b := &s.buf
+	if T <= b.T {
+		return
+	}
+	c := s.m.Config
+	b.T = T
+	b.x = make([]float32, T*c.Hidden)
+	b.xb = make([]float32, T*c.Hidden)
+	b.xb2 = make([]float32, T*c.Hidden)
+	b.q = make([]float32, T*c.Heads*c.HeadDim)
+	b.k = make([]float32, T*c.KVHeads*c.HeadDim)
+	b.v = make([]float32, T*c.KVHeads*c.HeadDim)
+	b.gate = make([]float32, T*c.Intermediate)
+	b.up = make([]float32, T*c.Intermediate)
+}
+
+// Forward runs tokens at positions Pos()…Pos()+len(tokens)-1 through the
+// model, appending to the KV cache, and returns logits [vocab] of the last
+// token, or with all true [len(tokens), vocab] for every token. The returned
+// slice is reused by the next call. Batches of more than one token are
+// computed as matrix-matrix products (prefill). Errors: empty input, a token
+// id outside [0, vocab), or ErrContextFull.
+func (s *Session) Forward(tokens []int, all bool) ([]float32, error) {
+	c := s.m.Config
+	T := len(tokens)
+	if T == 0 {
+		return nil, errors.New("forward: no tokens")
+	}
+	if s.pos+T > s.ctx {
+		return nil, fmt.Errorf("%w: %d positions filled + %d new > context %d", ErrContextFull, s.pos, T, s.ctx)
+	}
+	for _, t := range tokens {
+		if t < 0 || t >= c.Vocab {
+			return nil, fmt.Errorf("forward: token id %d outside [0, %d)", t, c.Vocab)
+		}
+	}
+	s.ensure(T)
+	b := &s.buf
+	H := c.Hidden
+	x := b.x[:T*H]
+	for t, id := range tokens {
+		s.m.Embed.RowF32(x[t*H:(t+1)*H], id)
+	}
+	for i := range s.m.Layers {
+		s.attention(i, T)
+		s.ffn(i, T)
+	}
+	// Final norm and LM head: all positions, or only the last.
+	first := 0
+	if !all {
+		first = T - 1
+	}
+	n := T - first
+	xb := b.xb[:n*H]
+	for t := 0; t < n; t++ {
+		rmsnorm(xb[t*H:(t+1)*H], x[(first+t)*H:(first+t+1)*H], s.m.Norm, c.RMSNormEps)
+	}
+	if need := n * c.Vocab; len(b.logits) < need {
+		b.logits = make([]float32, need)
+	}
+	logits := b.logits[:n*c.Vocab]
+	if n == 1 {
+		kernels.MatVec(s.pool, logits, s.m.LMHead, xb)
+	} else {
+		kernels.MatMul(s.pool, logits, s.m.LMHead, xb, n)
+	}
+	s.pos += T
+	return logits, nil
+}
+
+// attention runs the self-attention block of layer i on the T tokens in
+// buf.x, adding its output to the residual stream (HF LlamaAttention with
+// rotate-half RoPE and grouped-query attention).
+func (s *Session) attention(i, T int) {
+	c := s.m.Config
+	l := &s.m.Layers[i]
+	b := &s.buf
+	H, hd := c.Hidden, c.HeadDim
+	qd, kvd := c.Heads*hd, c.KVHeads*hd
+	x, xb := b.x[:T*H], b.xb[:T*H]
+	for t := 0; t < T; t++ {
+		rmsnorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], l.AttnNorm, c.RMSNormEps)
+	}
+	q, k, v := b.q[:T*qd], b.k[:T*kvd], b.v[:T*kvd]
+	s.project(q, l.Q, xb, T, l.QBias)
+	s.project(k, l.K, xb, T, l.KBias)
+	s.project(v, l.V, xb, T, l.VBias)
+	half := hd / 2
+	for t := 0; t < T; t++ {
+		p := s.pos + t
+		cos, sin := b.ropeCos[p*half:(p+1)*half], b.ropeSin[p*half:(p+1)*half]
+		for h := 0; h < c.Heads; h++ {
+			rope(q[t*qd+h*hd:t*qd+(h+1)*hd], cos, sin)
+		}
+		for h := 0; h < c.KVHeads; h++ {
+			rope(k[t*kvd+h*hd:t*kvd+(h+1)*hd], cos, sin)
+		}
+	}
+	copy(s.kcache[i][s.pos*kvd:], k)
+	copy(s.vcache[i][s.pos*kvd:], v)
+
+	// out[t, h] = Σ_p softmax_p(q·k_p / √hd) v_p over p ≤ pos+t (causal).
+	out := b.xb2[:T*qd]
+	if qd > H {
+		out = make([]float32, T*qd) // only when heads·hd > hidden (rare)
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	group := c.Heads / c.KVHeads
+	kc, vc := s.kcache[i], s.vcache[i]
+	for t := 0; t < T; t++ {
+		n := s.pos + t + 1
+		for h := 0; h < c.Heads; h++ {
+			qh := q[t*qd+h*hd : t*qd+(h+1)*hd]
+			kvOff := (h / group) * hd
+			att := b.att[:n]
+			maxv := float32(math.Inf(-1))
+			for p := 0; p < n; p++ {
+				kp := kc[p*kvd+kvOff : p*kvd+kvOff+hd]
+				var d float32
+				for j, qv := range qh {
+					d += qv * kp[j]
+				}
+				d *= scale
+				att[p] = d
+				maxv = max(maxv, d)
+			}
+			var sum float32
+			for p := range att {
+				e := float32(math.Exp(float64(att[p] - maxv)))
+				att[p] = e
+				sum += e
+			}
+			o := out[t*qd+h*hd : t*qd+(h+1)*hd]
+			clear(o)
+			inv := 1 / sum
+			for p, a := range att {
+				a *= inv
+				vp := vc[p*kvd+kvOff : p*kvd+kvOff+hd]
+				for j := range o {
+					o[j] += a * vp[j]
+				}
+			}
+		}
+	}
+	// Output projection into xb, then the residual.
+	s.project(xb, l.O, out, T, l.OBias)
+	for j := range x {
+		x[j] += xb[j]
+	}
+}
+
+// project computes dst[T, w.Rows] = src[T, w.Cols]·wᵀ (+ bias).
+func (s *Session) project(dst []float32, w kernels.Mat, src []float32, T int, bias []float32) {
+	if T == 1 {
+		kernels.MatVec(s.pool, dst, w, src)
+	} else {
+		kernels.MatMul(s.pool, dst, w, src, T)
+	}
+	if bias != nil {
+		for t := 0; t < T; t++ {
+			d := dst[t*w.Rows : (t+1)*w.Rows]
+			for j, bv := range bias {
+				d[j] += bv
+			}
+		}
+	}
+}
+
+// ffn runs the MLP block of layer i over the T tokens in buf.x, adding its
+// output to the residual stream. With an active set (decode) only those rows
+// are read: gathered gate/up rows and the matching rows of the transposed
+// down_proj; otherwise every loaded neuron is computed.
+func (s *Session) ffn(i, T int) {
+	c := s.m.Config
+	f := &s.m.Layers[i].MLP
+	b := &s.buf
+	H := c.Hidden
+	x, xb, y := b.x[:T*H], b.xb[:T*H], b.xb2[:T*H]
+	for t := 0; t < T; t++ {
+		rmsnorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], s.m.Layers[i].MLPNorm, c.RMSNormEps)
+	}
+	active := s.active[i]
+	if active != nil && T == 1 && !s.MaskedReference {
+		n := len(active)
+		g, u := b.gate[:n], b.up[:n]
+		kernels.MatVecRows(s.pool, g, f.Gate, active, xb)
+		kernels.MatVecRows(s.pool, u, f.Up, active, xb)
+		swiglu(g, u)
+		if s.Observe != nil {
+			s.Observe.ObserveFFN(i, g, 1, s.originalRows(f, active))
+		}
+		clear(y)
+		kernels.AddRows(s.pool, y, f.DownT, active, g)
+	} else {
+		kept := f.Kept()
+		g, u := b.gate[:T*kept], b.up[:T*kept]
+		s.project(g, f.Gate, xb, T, nil)
+		s.project(u, f.Up, xb, T, nil)
+		swiglu(g, u)
+		if active != nil { // masked reference: zero what decode would skip
+			mask := s.maskFor(f, active)
+			for t := 0; t < T; t++ {
+				for j, keep := range mask {
+					if !keep {
+						g[t*kept+j] = 0
+					}
+				}
+			}
+		}
+		if s.Observe != nil {
+			s.Observe.ObserveFFN(i, g, T, f.Index)
+		}
+		if f.Sliced {
+			if T == 1 {
+				clear(y)
+				kernels.AddRows(s.pool, y, f.DownT, nil, g)
+			} else {
+				kernels.MatMulRowsT(s.pool, y, f.DownT, g, T)
+			}
+		} else {
+			s.project(y, f.Down, g, T, nil)
+		}
+	}
+	for j := range x {
+		x[j] += y[j]
+	}
+}
+
+// originalRows maps row indices of a sliced layer to original neuron ids
+// (for observers); whole layers' rows are already original ids.
+func (s *Session) originalRows(f *MLP, rows []int32) []int32 {
+	if f.Index == nil {
+		return rows
+	}
+	out := make([]int32, len(rows))
+	for j, r := range rows {
+		out[j] = f.Index[r]
+	}
+	return out
+}
+
+func (s *Session) maskFor(f *MLP, active []int32) []bool {
+	mask := make([]bool, f.Kept())
+	for _, r := range active {
+		mask[r] = true
+	}
+	return mask
+}
+
+// rmsnorm writes x·w/√(mean(x²)+eps) to dst (HF LlamaRMSNorm).
+func rmsnorm(dst, x, w []float32, eps float64) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	r := float32(1 / math.Sqrt(float64(ss)/float64(len(x))+eps))
+	for j, v := range x {
+		dst[j] = w[j] * (v * r)
+	}
+}
+
+// rope rotates one head vector in HF's rotate-half layout: for i < hd/2,
+// (x_i, x_{i+hd/2}) ← (x_i·cos − x_{i+hd/2}·sin, x_{i+hd/2}·cos + x_i·sin).
+func rope(x, cos, sin []float32) {
+	half := len(x) / 2
+	for i := 0; i < half; i++ {
+		a, b := x[i], x[i+half]
+		x[i] = a*cos[i] - b*sin[i]
+		x[i+half] = b*cos[i] + a*sin[i]
+	}
+}
+
+// swiglu writes silu(g)·u into g (HF LlamaMLP with hidden_act silu).
+func swiglu(g, u []float32) {
+	for j, v := range g {
+		g[j] = v / (1 + float32(math.Exp(float64(-v)))) * u[j]
+	}
+}

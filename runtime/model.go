@@ -1,0 +1,226 @@
+// Package runtime runs Llama-family decoder models (HF LlamaForCausalLM and
+// Qwen2ForCausalLM) on the CPU from weights served by a Source, with the
+// selective FFN computation of SelectInfer (paper §5): prefill computes every
+// loaded neuron and picks dynamic neurons; decode computes static ∪ dynamic.
+package runtime
+
+import (
+	"fmt"
+
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+// Source serves weights by HF tensor name as zero-copy views. format serves a
+// .sinf file, the HF reader in convert a checkpoint folder.
+type Source interface {
+	// Tensor returns the named tensor, or an error naming it when absent.
+	Tensor(name string) (format.Tensor, error)
+	// Has reports whether the named tensor is stored.
+	Has(name string) bool
+}
+
+// Layer holds one decoder layer's weights (HF LlamaDecoderLayer).
+type Layer struct {
+	AttnNorm            []float32   // input_layernorm.weight [hidden]
+	Q, K, V, O          kernels.Mat // q_proj [heads·hd, hidden], k/v_proj [kv·hd, hidden], o_proj [hidden, heads·hd]
+	QBias, KBias, VBias []float32   // Qwen2 / attention_bias; nil when absent
+	OBias               []float32   // llama attention_bias only
+	MLPNorm             []float32   // post_attention_layernorm.weight [hidden]
+	MLP                 MLP
+}
+
+// MLP is a SwiGLU FFN layer, down_proj(silu(gate_proj(x)) · up_proj(x)), over
+// the neurons stored for it. A sliced layer (spec/sinf.md §tensor naming)
+// stores Kept ≤ N neurons: Gate/Up [kept, hidden], DownT [kept, hidden] (the
+// transposed down_proj), Index[j] the original neuron of row j, the first Base
+// rows the static (base) neurons. A whole layer stores Gate/Up [N, hidden] and
+// Down in HF layout [hidden, N].
+type MLP struct {
+	Gate, Up kernels.Mat
+	Down     kernels.Mat // whole layers only: [hidden, N]
+	DownT    kernels.Mat // sliced layers only: [kept, hidden]
+	Index    []int32     // sliced layers only: [kept] → original neuron in [0, N)
+	Base     int         // sliced layers only: static neurons, rows [0, Base)
+	Sliced   bool
+}
+
+// Kept returns the number of neurons stored for the layer.
+func (m *MLP) Kept() int { return m.Gate.Rows }
+
+// Model is a loaded model: weights are views into the source's memory.
+type Model struct {
+	Config Config
+	Embed  kernels.Mat // model.embed_tokens.weight [vocab, hidden]
+	Layers []Layer
+	Norm   []float32   // model.norm.weight [hidden]
+	LMHead kernels.Mat // lm_head.weight [vocab, hidden] (the embedding when tied)
+
+	invFreq []float64 // RoPE inverse frequencies [head_dim/2]
+}
+
+// LoadOptions says which layers are sliced and how many base neurons each has.
+type LoadOptions struct {
+	// Base[i] is the base (static) neuron count of layer i when sliced; layers
+	// whose Base entry is missing have Base 0.
+	Base map[int]int
+}
+
+// Load binds the source's tensors to a Model of the given config. It checks
+// every tensor's presence and shape and returns an error naming the tensor,
+// the expected and the found shape.
+func Load(cfg Config, src Source, opt LoadOptions) (*Model, error) {
+	m := &Model{Config: cfg, Layers: make([]Layer, cfg.Layers), invFreq: cfg.ropeInvFreq()}
+	H, hd := cfg.Hidden, cfg.HeadDim
+	qd, kvd := cfg.Heads*hd, cfg.KVHeads*hd
+	var err error
+	embedName, headName := "model.embed_tokens.weight", "lm_head.weight"
+	switch {
+	case src.Has(embedName):
+	case cfg.TieEmbeddings && src.Has(headName):
+		embedName = headName
+	}
+	if m.Embed, err = mat(src, embedName, cfg.Vocab, H); err != nil {
+		return nil, err
+	}
+	if !src.Has(headName) && cfg.TieEmbeddings {
+		headName = embedName
+	}
+	if m.LMHead, err = mat(src, headName, cfg.Vocab, H); err != nil {
+		return nil, err
+	}
+	if m.Norm, err = vec(src, "model.norm.weight", H); err != nil {
+		return nil, err
+	}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		p := fmt.Sprintf("model.layers.%d.", i)
+		if l.AttnNorm, err = vec(src, p+"input_layernorm.weight", H); err != nil {
+			return nil, err
+		}
+		if l.MLPNorm, err = vec(src, p+"post_attention_layernorm.weight", H); err != nil {
+			return nil, err
+		}
+		for _, w := range []struct {
+			dst        *kernels.Mat
+			name       string
+			rows, cols int
+		}{{&l.Q, "self_attn.q_proj.weight", qd, H}, {&l.K, "self_attn.k_proj.weight", kvd, H},
+			{&l.V, "self_attn.v_proj.weight", kvd, H}, {&l.O, "self_attn.o_proj.weight", H, qd}} {
+			if *w.dst, err = mat(src, p+w.name, w.rows, w.cols); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.AttentionBias {
+			for _, b := range []struct {
+				dst  *[]float32
+				name string
+				n    int
+			}{{&l.QBias, "self_attn.q_proj.bias", qd}, {&l.KBias, "self_attn.k_proj.bias", kvd}, {&l.VBias, "self_attn.v_proj.bias", kvd}} {
+				if *b.dst, err = vec(src, p+b.name, b.n); err != nil {
+					return nil, err
+				}
+			}
+			if src.Has(p + "self_attn.o_proj.bias") {
+				if l.OBias, err = vec(src, p+"self_attn.o_proj.bias", H); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if l.MLP, err = loadMLP(src, p+"mlp.", cfg, opt.Base[i]); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func loadMLP(src Source, p string, cfg Config, base int) (MLP, error) {
+	H, N := cfg.Hidden, cfg.Intermediate
+	var f MLP
+	var err error
+	if !src.Has(p + "neuron_index") {
+		if f.Gate, err = mat(src, p+"gate_proj.weight", N, H); err != nil {
+			return f, err
+		}
+		if f.Up, err = mat(src, p+"up_proj.weight", N, H); err != nil {
+			return f, err
+		}
+		f.Down, err = mat(src, p+"down_proj.weight", H, N)
+		return f, err
+	}
+	idx, err := src.Tensor(p + "neuron_index")
+	if err != nil {
+		return f, err
+	}
+	if len(idx.Shape) != 1 || idx.Shape[0] < 1 || idx.Shape[0] > N {
+		return f, fmt.Errorf("tensor %s: expected shape [kept] with 1 ≤ kept ≤ %d, found %v", idx.Name, N, idx.Shape)
+	}
+	if f.Index, err = idx.I32s(); err != nil {
+		return f, err
+	}
+	if err := format.ValidateIndexMap(f.Index, N); err != nil {
+		return f, fmt.Errorf("tensor %s: %w", idx.Name, err)
+	}
+	kept := len(f.Index)
+	if base < 0 || base > kept {
+		return f, fmt.Errorf("%sneuron_index: base count %d outside [0, %d]", p, base, kept)
+	}
+	f.Sliced, f.Base = true, base
+	if f.Gate, err = mat(src, p+"gate_proj.weight", kept, H); err != nil {
+		return f, err
+	}
+	if f.Up, err = mat(src, p+"up_proj.weight", kept, H); err != nil {
+		return f, err
+	}
+	f.DownT, err = mat(src, p+"down_proj.weight_t", kept, H)
+	return f, err
+}
+
+// mat fetches a 2-D weight and checks its shape.
+func mat(src Source, name string, rows, cols int) (kernels.Mat, error) {
+	t, err := src.Tensor(name)
+	if err != nil {
+		return kernels.Mat{}, err
+	}
+	if err := t.CheckShape(rows, cols); err != nil {
+		return kernels.Mat{}, err
+	}
+	m, err := kernels.NewMat(t)
+	if err != nil {
+		return kernels.Mat{}, err
+	}
+	if !m.Aligned() {
+		// Safetensors does not align its data; copy rather than read unaligned.
+		m.Data = append(make([]byte, 0, len(m.Data)+8), m.Data...)
+	}
+	return m, nil
+}
+
+// vec fetches a 1-D float tensor (norm weights, biases) and decodes it to
+// float32; these are small, so a heap copy is cheap.
+func vec(src Source, name string, n int) ([]float32, error) {
+	t, err := src.Tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.CheckShape(n); err != nil {
+		return nil, err
+	}
+	return t.ToF32()
+}
+
+// WeightBytes returns the bytes of all matrices, and of the FFN matrices only.
+func (m *Model) WeightBytes() (total, ffn int) {
+	total = m.Embed.Bytes()
+	if &m.LMHead.Data[0] != &m.Embed.Data[0] {
+		total += m.LMHead.Bytes()
+	}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		total += l.Q.Bytes() + l.K.Bytes() + l.V.Bytes() + l.O.Bytes()
+		f := l.MLP.Gate.Bytes() + l.MLP.Up.Bytes() + l.MLP.Down.Bytes() + l.MLP.DownT.Bytes()
+		total += f
+		ffn += f
+	}
+	return total, ffn
+}
