@@ -1,0 +1,274 @@
+// Package runcmd is the text-generation command shared by `sinf run` and the
+// device binary `sinf-run`: flags, model opening, streaming output and the
+// --json report. It imports only format, runtime and the tokenizer, so
+// sinf-run never links the converter.
+package runcmd
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
+)
+
+// Loaded is a model ready to run.
+type Loaded struct {
+	Model       *runtime.Model
+	Tok         *tokenizer.Tokenizer
+	Kind        string // "sinf" or "hf"
+	Path        string
+	FileBytes   int64 // bytes of the weights file(s)
+	MappedBytes int64 // bytes memory-mapped
+	Meta        *format.Metadata
+	Close       func() error
+}
+
+// Opener opens a model path (sinf-run: .sinf only; sinf: also HF folders).
+type Opener func(path string, verify bool) (*Loaded, error)
+
+// OpenSinf maps a .sinf file, optionally verifies every checksum, and builds
+// the model and its embedded tokenizer.
+func OpenSinf(path string, verify bool) (*Loaded, error) {
+	f, err := format.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if verify {
+		if err := f.Verify(); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	m, err := runtime.LoadFile(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	meta := f.Metadata()
+	tok, err := tokenizer.New(path+": metadata field tokenizer", meta.Tokenizer, meta.TokenizerConfig)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Close: f.Close}, nil
+}
+
+// Flags are the run flags common to sinf run and sinf-run.
+func Flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "model", Usage: "model: a .sinf file (or, for sinf run, an HF checkpoint folder)", Required: true},
+		&cli.StringFlag{Name: "prompt", Usage: "prompt text"},
+		&cli.StringFlag{Name: "prompt-file", Usage: "read the prompt from this file"},
+		&cli.IntFlag{Name: "max-tokens", Value: 128, Usage: "tokens to generate at most"},
+		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
+		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "sample from the k most likely tokens (0: all)"},
+		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling probability mass (1: off)"},
+		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
+		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
+		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
+		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
+		&cli.IntFlag{Name: "threads", Usage: "kernel threads (0: all CPUs)"},
+		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
+		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
+		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running"},
+		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
+	}
+}
+
+// Report is the --json output.
+type Report struct {
+	PromptIDs         []int   `json:"prompt_ids"`
+	IDs               []int   `json:"ids"`
+	Text              string  `json:"text"`
+	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
+	DecodeTokensPerS  float64 `json:"decode_tokens_per_s"`
+	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
+	Mode              string  `json:"mode"`
+	LoadedNeurons     []int   `json:"loaded_neurons"`
+	ComputedNeurons   []int   `json:"computed_neurons"`
+	MappedBytes       int64   `json:"mapped_bytes"`
+}
+
+// Action returns the run command's action over an opener.
+func Action(open Opener) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		prompt, err := promptText(c)
+		if err != nil {
+			return err
+		}
+		l, err := open(c.String("model"), c.Bool("verify"))
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		sp, err := Sparsity(c, l.Model)
+		if err != nil {
+			return err
+		}
+		pool := kernels.NewPool(c.Int("threads"))
+		defer pool.Close()
+		ids := l.Tok.Encode(prompt, l.Tok.AddsBOS() && !c.Bool("no-bos"))
+		if len(ids) == 0 {
+			return errors.New("the prompt encodes to no tokens")
+		}
+		s := l.Model.NewSession(pool, c.Int("context"))
+		if len(ids) >= s.Context() {
+			return fmt.Errorf("the prompt is %d tokens, the context %d: shorten it (or raise --context up to max_position_embeddings %d)", len(ids), s.Context(), l.Model.Config.MaxPositions)
+		}
+		eos := l.Tok.EOS()
+		if len(eos) == 0 {
+			eos = l.Model.Config.EOS
+		}
+		out := bufio.NewWriter(os.Stdout)
+		dec := l.Tok.NewDecoder()
+		asJSON := c.Bool("json")
+		var text strings.Builder
+		opt := runtime.GenerateOptions{
+			MaxTokens: c.Int("max-tokens"),
+			Sampler:   runtime.NewSampler(c.Float64("temperature"), c.Int("top-k"), c.Float64("top-p"), c.Uint64("seed")),
+			Sparsity:  sp,
+			EOS:       eos,
+			OnToken: func(id int) {
+				piece := dec.Add(id)
+				text.WriteString(piece)
+				if !asJSON {
+					out.WriteString(piece)
+					out.Flush()
+				}
+			},
+		}
+		res, err := s.Generate(ids, opt)
+		if err != nil {
+			return err
+		}
+		rest := dec.Flush()
+		text.WriteString(rest)
+		rep := Report{PromptIDs: res.PromptIDs, IDs: res.IDs, Text: text.String(),
+			PrefillTokensPerS: res.PrefillTokensPerS, DecodeTokensPerS: res.DecodeTokensPerS,
+			PeakRSSBytes: PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
+			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes}
+		if rep.IDs == nil {
+			rep.IDs = []int{}
+		}
+		if asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			return enc.Encode(rep)
+		}
+		out.WriteString(rest + "\n")
+		out.Flush()
+		Summary(os.Stderr, l, rep)
+		return nil
+	}
+}
+
+// Sparsity reads --mode, --phi and --alpha and validates them against m.
+func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
+	sp := runtime.Sparsity{Phi: c.Float64("phi"), Alpha: c.Float64("alpha")}
+	mode := c.String("mode")
+	if mode == "" {
+		mode = "dense"
+		for i := range m.Layers {
+			if m.Layers[i].MLP.Sliced {
+				mode = "selectinfer"
+				break
+			}
+		}
+	}
+	var err error
+	if sp.Mode, err = runtime.ParseMode(mode); err != nil {
+		return sp, err
+	}
+	if err := sp.Validate(m); err != nil {
+		return sp, err
+	}
+	return sp, nil
+}
+
+func promptText(c *cli.Context) (string, error) {
+	p := c.String("prompt")
+	if f := c.String("prompt-file"); f != "" {
+		if p != "" {
+			return "", errors.New("give --prompt or --prompt-file, not both")
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		p = string(b)
+	}
+	if p == "" {
+		return "", errors.New("empty prompt: give --prompt TEXT or --prompt-file FILE")
+	}
+	return p, nil
+}
+
+// Summary prints the one-line summary of a run: file size, neurons computed,
+// speeds.
+func Summary(w io.Writer, l *Loaded, r Report) {
+	var loaded, computed, full int
+	for i := range l.Model.Layers {
+		if !l.Model.Layers[i].MLP.Sliced {
+			continue
+		}
+		full += l.Model.Config.Intermediate
+		loaded += r.LoadedNeurons[i]
+		computed += r.ComputedNeurons[i]
+	}
+	line := fmt.Sprintf("[%s] %s: %s", r.Mode, l.Kind, human(l.FileBytes))
+	if l.Meta != nil && l.Meta.Provenance.Source != "" {
+		if src, err := sourceBytes(l.Meta); err == nil && src > 0 {
+			line += fmt.Sprintf(" (%.0f%% of the original %s)", 100*float64(l.FileBytes)/float64(src), human(src))
+		}
+	}
+	if full > 0 {
+		line += fmt.Sprintf(", FFN neurons in sliced layers: %.0f%% loaded, %.0f%% computed per token", 100*float64(loaded)/float64(full), 100*float64(computed)/float64(full))
+	}
+	line += fmt.Sprintf(", prefill %.1f tok/s, decode %.1f tok/s, %d tokens, peak RSS %s", r.PrefillTokensPerS, r.DecodeTokensPerS, len(r.IDs), human(r.PeakRSSBytes))
+	fmt.Fprintln(w, line)
+}
+
+func sourceBytes(m *format.Metadata) (int64, error) {
+	if m.Provenance.SourceBytes > 0 {
+		return m.Provenance.SourceBytes, nil
+	}
+	return 0, errors.New("unknown")
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// PeakRSS returns the process's peak resident set size in bytes (VmHWM from
+// /proc/self/status), or 0 where that is not available.
+func PeakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/scores"
+	"github.com/selectinfer/sinf/format"
+)
+
+func convertCommand() *cli.Command {
+	d := convert.DefaultOptions()
+	return &cli.Command{
+		Name:  "convert",
+		Usage: "write a slim .sinf file keeping gamma·N FFN neurons per layer in range (base first)",
+		UsageText: "sinf convert --model DIR --task-scores FILE --model-scores FILE [--gamma 0.7] [--delta 0.3]\n" +
+			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16] [--random [--seed S]]\n" +
+			"   [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
+			&cli.StringFlag{Name: "task-scores", Usage: "task-level score file (sinf merge of one task's profiles)"},
+			&cli.StringFlag{Name: "model-scores", Usage: "model-level score file (sinf merge across tasks)"},
+			&cli.Float64Flag{Name: "gamma", Value: d.Gamma, Usage: "gamma: fraction of each layer's N neurons stored"},
+			&cli.Float64Flag{Name: "delta", Value: d.Delta, Usage: "delta: fraction of N stored first as base (static) neurons"},
+			&cli.IntFlag{Name: "first-layer", Value: d.FirstLayer, Usage: "first sliced layer (negative: from the end)"},
+			&cli.IntFlag{Name: "last-layer", Value: d.LastLayer, Usage: "end of the sliced range, exclusive (≤ 0: from the end)"},
+			&cli.StringFlag{Name: "dtype", Usage: "stored weight dtype: f32, f16 or bf16 (default: the checkpoint's)"},
+			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
+			&cli.StringFlag{Name: "memory-budget", Usage: "choose the largest gamma whose file + KV cache + runtime fit, e.g. 6.5GiB"},
+			&cli.IntFlag{Name: "context", Value: 2048, Usage: "context length assumed by --memory-budget"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "output .sinf file"},
+			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
+		},
+		Action: func(c *cli.Context) error {
+			ck, err := hf.Open(c.String("model"))
+			if err != nil {
+				return err
+			}
+			defer ck.Close()
+			opt := convert.Options{
+				Gamma: c.Float64("gamma"), Delta: c.Float64("delta"),
+				FirstLayer: c.Int("first-layer"), LastLayer: c.Int("last-layer"),
+				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
+				Random:        c.Bool("random"), Seed: c.Uint64("seed"),
+			}
+			if !c.Bool("quiet") {
+				opt.Progress = os.Stderr
+			}
+			if s := c.String("dtype"); s != "" {
+				if opt.DType, err = format.ParseDType(s); err != nil || opt.DType == format.I32 || opt.DType == format.F64 {
+					return fmt.Errorf("--dtype %q: want f32, f16 or bf16", s)
+				}
+			}
+			if !opt.Random {
+				if c.String("task-scores") == "" || c.String("model-scores") == "" {
+					return errors.New("--task-scores and --model-scores are required (or --random)")
+				}
+				opt.TaskScoresPath, opt.ModelScoresPath = c.String("task-scores"), c.String("model-scores")
+				if opt.TaskScores, err = scores.Read(opt.TaskScoresPath); err != nil {
+					return err
+				}
+				if opt.ModelScores, err = scores.Read(opt.ModelScoresPath); err != nil {
+					return err
+				}
+			}
+			if b := c.String("memory-budget"); b != "" {
+				budget, err := convert.ParseBytes(b)
+				if err != nil {
+					return fmt.Errorf("--memory-budget: %w", err)
+				}
+				plan, err := convert.ChooseGamma(ck, opt, budget, c.Int("context"))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "memory budget %s: gamma %.2f (file %s + KV cache %s + runtime %s = %s)\n",
+					b, plan.Gamma, human(plan.FileBytes), human(plan.KVBytes), human(plan.RuntimeBytes), human(plan.Total()))
+				opt.Gamma = plan.Gamma
+			}
+			rep, err := convert.Convert(ck, c.String("out"), opt)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
+				rep.Path, human(rep.Bytes), human(rep.SourceBytes), 100*float64(rep.Bytes)/float64(rep.SourceBytes),
+				rep.First, rep.Last, rep.StoredParams, rep.OriginalParams)
+			return nil
+		},
+	}
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

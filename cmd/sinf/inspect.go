@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime"
+)
+
+// Anatomy is what sinf inspect reports about a .sinf file.
+type Anatomy struct {
+	Path           string              `json:"path"`
+	FileBytes      int64               `json:"file_bytes"`
+	ModelType      string              `json:"model_type"`
+	Layers         int                 `json:"layers"`
+	Hidden         int                 `json:"hidden_size"`
+	Intermediate   int                 `json:"intermediate_size"`
+	Vocab          int                 `json:"vocab_size"`
+	DType          string              `json:"dtype"`
+	ParamsStored   int64               `json:"params_stored"`
+	ParamsOriginal int64               `json:"params_original"`
+	Selection      *format.Selection   `json:"selection,omitempty"`
+	BytesByKind    map[string]int64    `json:"bytes_by_kind"`
+	Provenance     format.Provenance   `json:"provenance"`
+	KVBytesPer1K   int64               `json:"kv_cache_bytes_per_1k_tokens"`
+	ExpectedMemory map[string]int64    `json:"expected_runtime_bytes"`
+	Tensors        []format.TensorInfo `json:"-"`
+}
+
+func inspectCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "inspect",
+		Usage:     "print the anatomy of a .sinf file",
+		UsageText: "sinf inspect [--json] FILE.sinf",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print one JSON object"}, &cli.BoolFlag{Name: "tensors", Usage: "list every tensor"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("give one .sinf file")
+			}
+			f, err := format.Open(c.Args().First())
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			a, err := anatomy(f)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(a)
+			}
+			printAnatomy(a, c.Bool("tensors"))
+			return nil
+		},
+	}
+}
+
+func anatomy(f *format.File) (*Anatomy, error) {
+	meta := f.Metadata()
+	cfg, err := runtime.ParseConfig(f.Path()+": metadata field config", meta.Config)
+	if err != nil {
+		return nil, err
+	}
+	a := &Anatomy{Path: f.Path(), FileBytes: f.Size(), ModelType: cfg.ModelType, Layers: cfg.Layers,
+		Hidden: cfg.Hidden, Intermediate: cfg.Intermediate, Vocab: cfg.Vocab, DType: meta.DType.String(),
+		Selection: meta.Selection, BytesByKind: map[string]int64{}, Provenance: meta.Provenance, Tensors: f.Tensors()}
+	for _, t := range a.Tensors {
+		n := int64(1)
+		for _, d := range t.Shape {
+			n *= int64(d)
+		}
+		kind := tensorKind(t.Name)
+		a.BytesByKind[kind] += int64(t.Length)
+		if kind != "index" {
+			a.ParamsStored += n
+		}
+	}
+	// Original parameters: stored, plus the neurons dropped from sliced layers.
+	a.ParamsOriginal = a.ParamsStored
+	if meta.Selection != nil {
+		for _, l := range meta.Selection.Layers {
+			a.ParamsOriginal += int64(cfg.Intermediate-l.Kept) * 3 * int64(cfg.Hidden)
+		}
+	}
+	a.KVBytesPer1K = 2 * int64(cfg.Layers) * 1024 * int64(cfg.KVHeads*cfg.HeadDim) * 4
+	ctx := int64(min(cfg.MaxPositions, 2048))
+	a.ExpectedMemory = map[string]int64{
+		"mapped_file":                 f.Size(),
+		"kv_cache_at_context":         2 * int64(cfg.Layers) * ctx * int64(cfg.KVHeads*cfg.HeadDim) * 4,
+		"context":                     ctx,
+		"activation_buffers_estimate": (ctx*int64(cfg.Heads) + int64(cfg.Vocab) + 8*int64(cfg.Hidden) + 2*int64(cfg.Intermediate)) * 4,
+	}
+	return a, nil
+}
+
+// tensorKind groups tensor names for the byte accounting.
+func tensorKind(name string) string {
+	switch {
+	case strings.HasSuffix(name, "neuron_index"):
+		return "index"
+	case strings.Contains(name, ".mlp."):
+		return "ffn"
+	case strings.Contains(name, "self_attn"):
+		return "attention"
+	case strings.Contains(name, "embed") || strings.HasPrefix(name, "lm_head"):
+		return "embedding"
+	}
+	return "norm"
+}
+
+func printAnatomy(a *Anatomy, tensors bool) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "file\t%s (%s)\n", a.Path, human(a.FileBytes))
+	fmt.Fprintf(w, "architecture\t%s: %d layers, hidden %d, intermediate (N) %d, vocab %d, weights %s\n", a.ModelType, a.Layers, a.Hidden, a.Intermediate, a.Vocab, a.DType)
+	fmt.Fprintf(w, "parameters\t%d stored of %d original (%.1f%%)\n", a.ParamsStored, a.ParamsOriginal, 100*float64(a.ParamsStored)/float64(a.ParamsOriginal))
+	if s := a.Selection; s != nil {
+		fmt.Fprintf(w, "selection\tgamma %.3g, delta %.3g, layers [%d, %d), random %v\n", s.Gamma, s.Delta, s.FirstLayer, s.LastLayer, s.Random)
+		for _, l := range s.Layers {
+			fmt.Fprintf(w, "  layer %d\tkept %d (%.1f%% of N), base %d (%.1f%%)\n", l.Layer, l.Kept, 100*float64(l.Kept)/float64(a.Intermediate), l.Base, 100*float64(l.Base)/float64(a.Intermediate))
+		}
+	}
+	kinds := make([]string, 0, len(a.BytesByKind))
+	for k := range a.BytesByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, "bytes: %s\t%s\n", k, human(a.BytesByKind[k]))
+	}
+	p := a.Provenance
+	fmt.Fprintf(w, "source\t%s %s\n", p.Source, p.SourceDigest)
+	for _, s := range []*format.ScoresRef{p.TaskScores, p.ModelScores} {
+		if s != nil {
+			fmt.Fprintf(w, "scores\t%s task %q tasks %v, %d input + %d generated tokens\n", s.Path, s.Task, s.Tasks, s.InputTokens, s.GeneratedTokens)
+		}
+	}
+	fmt.Fprintf(w, "tool\t%s, created %s\n", p.ToolVersion, p.Created)
+	fmt.Fprintf(w, "expected memory\tmapped file %s + KV cache %s at %d tokens + buffers ≈ %s\n", human(a.ExpectedMemory["mapped_file"]),
+		human(a.ExpectedMemory["kv_cache_at_context"]), a.ExpectedMemory["context"], human(a.ExpectedMemory["activation_buffers_estimate"]))
+	if tensors {
+		for _, t := range a.Tensors {
+			fmt.Fprintf(w, "  %s\t%v %v\toffset %d\t%d bytes\tcrc32c %08x\n", t.Name, t.DType, t.Shape, t.Offset, t.Length, t.CRC32C)
+		}
+	}
+	w.Flush()
+}
+
+func verifyCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "verify",
+		Usage:     "check every tensor checksum of a .sinf file; exit non-zero naming the first bad tensor",
+		UsageText: "sinf verify FILE.sinf",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("give one .sinf file")
+			}
+			f, err := format.Open(c.Args().First())
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := f.Verify(); err != nil {
+				return err
+			}
+			fmt.Printf("%s: %d tensors, all checksums match\n", f.Path(), len(f.Tensors()))
+			return nil
+		},
+	}
+}

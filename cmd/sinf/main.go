@@ -1,0 +1,33 @@
+// Command sinf is the desktop toolchain of SelectInfer: profile neurons on
+// task prompts, merge score files, convert a HuggingFace checkpoint into a
+// slim .sinf file, inspect and verify it, and run it.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "sinf",
+		Usage: "turn HuggingFace LLM checkpoints into pre-sliced sparse checkpoints (.sinf) and run them",
+		Commands: []*cli.Command{
+			runCommand(),
+			tokenizeCommand(),
+			profileCommand(),
+			mergeCommand(),
+			overlapCommand(),
+			convertCommand(),
+			inspectCommand(),
+			verifyCommand(),
+		},
+		HideHelpCommand: true,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "sinf:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/dataset"
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/profile"
+	"github.com/selectinfer/sinf/convert/scores"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
+)
+
+// defaultDataDir is where built-in datasets are read from: $SINF_DATA, else
+// the first of testdata/data (the samples shipped in the repository) and
+// ../shared/data that exists.
+func defaultDataDir() string {
+	if d := os.Getenv("SINF_DATA"); d != "" {
+		return d
+	}
+	for _, d := range []string{"../shared/data", "testdata/data"} {
+		if _, err := os.Stat(d); err == nil {
+			return d
+		}
+	}
+	return "testdata/data"
+}
+
+func profileCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "profile",
+		Usage: "score every FFN neuron on a dataset's prompts: s_n = Σ_t |a_n(t)| over input and generated tokens",
+		UsageText: "sinf profile --model DIR --dataset NAME|FILE.jsonl [--task NAME] [--limit N] [--max-new-tokens N]\n" +
+			"   [--shard I/N] [--batch B] [--data-dir DIR] --out FILE",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
+			&cli.StringFlag{Name: "dataset", Required: true, Usage: "a built-in dataset (" + strings.Join(dataset.Names(), ", ") + ") or a JSONL file with a \"prompt\" field"},
+			&cli.StringFlag{Name: "task", Usage: "task label recorded in the score file (default: the dataset name)"},
+			&cli.IntFlag{Name: "limit", Usage: "profile at most N prompts (0: all)"},
+			&cli.IntFlag{Name: "max-new-tokens", Value: 16, Usage: "greedy tokens generated and scored after each prompt"},
+			&cli.StringFlag{Name: "shard", Usage: "I/N: profile every N-th prompt starting at I (for job arrays)"},
+			&cli.IntFlag{Name: "batch", Value: 1, Usage: "prompts profiled at once"},
+			&cli.IntFlag{Name: "threads", Usage: "kernel threads per prompt in flight (0: CPUs / batch)"},
+			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "score file to write (safetensors)"},
+			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
+		},
+		Action: func(c *cli.Context) error {
+			shard, si, sn := c.String("shard"), 0, 1
+			if shard != "" {
+				var err error
+				if si, sn, err = dataset.ParseShard(shard); err != nil {
+					return fmt.Errorf("--shard: %w", err)
+				}
+			}
+			if d := filepath.Dir(c.String("out")); d != "" {
+				if _, err := os.Stat(d); err != nil {
+					return fmt.Errorf("--out: %w", err)
+				}
+			}
+			ck, m, err := hf.Load(c.String("model"))
+			if err != nil {
+				return err
+			}
+			defer ck.Close()
+			tok, err := tokenizer.Load(c.String("model"))
+			if err != nil {
+				return err
+			}
+			task, examples, err := dataset.Load(c.String("dataset"), c.String("data-dir"), c.Int("limit"))
+			if err != nil {
+				return err
+			}
+			if examples, err = dataset.Shard(examples, si, sn); err != nil {
+				return fmt.Errorf("--shard: %w", err)
+			}
+			if len(examples) == 0 {
+				return fmt.Errorf("dataset %s: shard %s has no prompts", c.String("dataset"), shard)
+			}
+			prompts := make([][]int, len(examples))
+			for i, ex := range examples {
+				prompts[i] = tok.Encode(ex.Prompt, tok.AddsBOS())
+				if len(prompts[i]) == 0 {
+					return fmt.Errorf("dataset %s: prompt %q (%d) encodes to no tokens", c.String("dataset"), ex.ID, i)
+				}
+			}
+			threads := c.Int("threads")
+			batch := max(c.Int("batch"), 1)
+			opt := profile.Options{MaxNewTokens: c.Int("max-new-tokens"), Workers: batch, Threads: threads, BOS: tok.BOS()}
+			var bar *progressbar.ProgressBar
+			start := time.Now()
+			if !c.Bool("quiet") {
+				bar = progressbar.NewOptions(len(prompts), progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription("profiling "+task.Name), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+				opt.Progress = func(p int, tokens int64) {
+					bar.Describe(fmt.Sprintf("profiling %s (%.0f tokens/s)", task.Name, float64(tokens)/time.Since(start).Seconds()))
+					bar.Set(p)
+				}
+			}
+			res, err := profile.Run(m, prompts, opt)
+			if err != nil {
+				return err
+			}
+			label := c.String("task")
+			if label == "" {
+				label = task.Name
+			}
+			f := &scores.File{
+				ModelDigest: scores.ModelDigest(ck.ConfigJSON, convert.FFNShapes(ck)),
+				Task:        label, Dataset: task.Name, Shard: shard, ToolVersion: convert.ToolVersion,
+				Prompts: res.Prompts, InputTokens: res.InputTokens, GeneratedTokens: res.GeneratedTokens,
+				Scores: res.Sums,
+			}
+			if err := scores.Write(c.String("out"), f); err != nil {
+				return err
+			}
+			secs := time.Since(start).Seconds()
+			msg := fmt.Sprintf("wrote %s: task %s, %d prompts, %d input + %d generated tokens, %.0f tokens/s",
+				c.String("out"), label, res.Prompts, res.InputTokens, res.GeneratedTokens, float64(res.InputTokens+res.GeneratedTokens)/secs)
+			if res.Truncated > 0 {
+				msg += fmt.Sprintf("; %d prompts cut from the left to fit the context (%d tokens removed)", res.Truncated, res.CutTokens)
+			}
+			fmt.Fprintln(os.Stderr, msg)
+			return nil
+		},
+	}
+}
+
+func mergeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "merge",
+		Usage:     "merge score files: each input normalised by its tokens, then summed (task- or model-level)",
+		UsageText: "sinf merge --out FILE IN... [--print-top K]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Usage: "merged score file"},
+			&cli.IntFlag{Name: "print-top", Usage: "print the top K neurons of each layer"},
+		},
+		Action: func(c *cli.Context) error {
+			ins := c.Args().Slice()
+			if len(ins) == 0 {
+				return errors.New("give score files to merge")
+			}
+			files := make([]*scores.File, len(ins))
+			for i, p := range ins {
+				var err error
+				if files[i], err = scores.Read(p); err != nil {
+					return err
+				}
+			}
+			merged, err := scores.Merge(files, ins)
+			if err != nil {
+				return err
+			}
+			if out := c.String("out"); out != "" {
+				if err := scores.Write(out, merged); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "wrote %s: %d files, tasks %v, %d input + %d generated tokens\n", out, len(ins), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
+			} else if c.Int("print-top") == 0 {
+				return errors.New("give --out FILE or --print-top K")
+			}
+			if k := c.Int("print-top"); k > 0 {
+				for l := range merged.Scores {
+					r := merged.Ranking(l)
+					k := min(k, len(r))
+					fmt.Printf("layer %d:", l)
+					for _, n := range r[:k] {
+						fmt.Printf(" %d", n)
+					}
+					fmt.Println()
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func overlapCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "overlap",
+		Usage:     "overlap of the top neurons between score files (paper §2, Figs 2-4)",
+		UsageText: "sinf overlap [--top 0.4] [--plot FILE.svg] [--label NAME]... FILE...",
+		Flags: []cli.Flag{
+			&cli.Float64Flag{Name: "top", Value: 0.4, Usage: "fraction of each layer's neurons compared"},
+			&cli.StringFlag{Name: "plot", Usage: "write a picture (.svg or .png)"},
+			&cli.StringSliceFlag{Name: "label", Usage: "label per file (default: the file's task)"},
+		},
+		Action: func(c *cli.Context) error {
+			ins := c.Args().Slice()
+			if len(ins) < 2 {
+				return errors.New("give at least two score files")
+			}
+			labels := c.StringSlice("label")
+			if len(labels) != 0 && len(labels) != len(ins) {
+				return fmt.Errorf("%d labels for %d files", len(labels), len(ins))
+			}
+			files := make([]*scores.File, len(ins))
+			for i, p := range ins {
+				var err error
+				if files[i], err = scores.Read(p); err != nil {
+					return err
+				}
+				if len(labels) < len(ins) {
+					l := files[i].Task
+					if l == "" {
+						l = filepath.Base(p)
+					}
+					labels = append(labels, l)
+				}
+			}
+			rep, err := scores.BuildReport(labels, files, c.Float64("top"))
+			if err != nil {
+				return err
+			}
+			if err := rep.WriteTable(os.Stdout); err != nil {
+				return err
+			}
+			if p := c.String("plot"); p != "" {
+				if err := rep.WritePlot(p); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "wrote %s\n", p)
+			}
+			return nil
+		},
+	}
+}

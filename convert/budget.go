@@ -1,0 +1,110 @@
+package convert
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/runtime"
+)
+
+// ParseBytes parses a size such as "6.5GiB", "800MB", "1G" or "1048576".
+// Binary (KiB, MiB, GiB) and decimal (KB, MB, GB) units; K/M/G alone are binary.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3},
+		{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if v, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(v), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number with an optional unit (GiB, MB, ...)", s)
+	}
+	return int64(v * mult), nil
+}
+
+// Plan is the memory estimate of a conversion at a given γ.
+type Plan struct {
+	Gamma        float64
+	FileBytes    int64 // the .sinf file, all of it mapped
+	KVBytes      int64 // KV cache: 2 · layers · context · kv_heads · head_dim · 4
+	RuntimeBytes int64 // activation buffers and the Go runtime
+}
+
+// Total is the predicted peak memory.
+func (p Plan) Total() int64 { return p.FileBytes + p.KVBytes + p.RuntimeBytes }
+
+// runtimeOverhead is the fixed allowance for the Go runtime, the binary and
+// the tokenizer, measured as the peak RSS of sinf-run on a tiny model
+// (≈ 20 MiB) with headroom.
+const runtimeOverhead = 48 << 20
+
+// Estimate predicts the file size and peak memory of converting ck with opt
+// at γ: non-FFN tensors whole, sliced layers kept·3·hidden·s bytes plus their
+// index maps, others 3·hidden·N·s (paper Eq. 2), plus KV cache and buffers.
+func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan, error) {
+	cfg := ck.Config
+	lo, hi, err := ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, opt.ExplicitRange)
+	if err != nil {
+		return Plan{}, err
+	}
+	var nonFFN, ffnLayer int64
+	for _, n := range ck.Names() {
+		t, _ := ck.Tensor(n)
+		s := int64(t.DType.Size())
+		if opt.DType != 0 {
+			s = int64(outDType(t, opt.DType).Size())
+		}
+		b := int64(t.Elems()) * s
+		if l, part := ffnPart(n); part != "" {
+			if l == 0 {
+				ffnLayer += b
+			}
+			continue
+		}
+		nonFFN += b + 64
+	}
+	N, H := int64(cfg.Intermediate), int64(cfg.Hidden)
+	s := ffnLayer / (3 * N * H)
+	kept := int64(runtime.RoundCount(gamma, cfg.Intermediate))
+	sliced := int64(hi - lo)
+	file := nonFFN + int64(cfg.Layers)*3*64 + 64*1024 +
+		(int64(cfg.Layers)-sliced)*ffnLayer + sliced*(kept*3*H*s+kept*4+64)
+	ctx := int64(min(context, cfg.MaxPositions))
+	kv := 2 * int64(cfg.Layers) * ctx * int64(cfg.KVHeads*cfg.HeadDim) * 4
+	buffers := ctx*4*int64(cfg.Heads) + int64(cfg.Vocab)*4 + 8*H*4 + 2*N*4
+	return Plan{Gamma: gamma, FileBytes: file, KVBytes: kv, RuntimeBytes: runtimeOverhead + buffers}, nil
+}
+
+// ChooseGamma returns the plan of the largest γ (in steps of 0.01, at least
+// δ) whose predicted peak memory fits in budget bytes, or an error giving the
+// smallest footprint possible.
+func ChooseGamma(ck *hf.Checkpoint, opt Options, budget int64, context int) (Plan, error) {
+	var smallest Plan
+	for g := 100; g >= 1; g-- {
+		gamma := float64(g) / 100
+		if gamma < opt.Delta {
+			break
+		}
+		p, err := Estimate(ck, opt, gamma, context)
+		if err != nil {
+			return Plan{}, err
+		}
+		if p.Total() <= budget {
+			return p, nil
+		}
+		smallest = p
+	}
+	return Plan{}, fmt.Errorf("memory budget %d bytes is too small: even gamma %.2f needs %d bytes (file %d + KV cache %d + runtime %d); lower --context or --delta",
+		budget, smallest.Gamma, smallest.Total(), smallest.FileBytes, smallest.KVBytes, smallest.RuntimeBytes)
+}

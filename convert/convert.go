@@ -1,0 +1,329 @@
+package convert
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/scores"
+	"github.com/selectinfer/sinf/format"
+)
+
+// ToolVersion is recorded in the files sinf writes.
+const ToolVersion = "sinf 0.1.0"
+
+// Options configures Convert. Defaults are the paper's Table 1.
+type Options struct {
+	Gamma, Delta          float64 // fractions of N kept (γ) and kept as base (δ)
+	FirstLayer, LastLayer int     // layer range flags (see ResolveRange)
+	ExplicitRange         bool    // the range was given by the user
+	DType                 format.DType
+	Random                bool   // keep a random γ·N (no scores needed)
+	Seed                  uint64 // for Random
+	TaskScores            *scores.File
+	ModelScores           *scores.File
+	TaskScoresPath        string
+	ModelScoresPath       string
+	Progress              io.Writer // progress bar destination; nil: none
+}
+
+// DefaultOptions returns the paper's defaults: γ 0.7, δ 0.3, layers 5 … −2.
+func DefaultOptions() Options {
+	return Options{Gamma: 0.7, Delta: 0.3, FirstLayer: 5, LastLayer: -2}
+}
+
+// Report describes a finished conversion.
+type Report struct {
+	Path           string
+	Bytes          int64 // file size
+	SourceBytes    int64 // bytes of the source's weight tensors
+	Layers         []format.LayerSelection
+	First, Last    int // resolved range [First, Last)
+	StoredParams   int64
+	OriginalParams int64
+}
+
+// Convert writes ck as a .sinf file at out, slicing the FFN layers of the
+// range. It streams tensor by tensor (one output tensor in memory at a time)
+// and writes through a temporary file renamed on success, so a failed
+// conversion leaves no partial file and any old file intact.
+func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
+	cfg := ck.Config
+	N, H := cfg.Intermediate, cfg.Hidden
+	if !(opt.Gamma > 0 && opt.Gamma <= 1) {
+		return nil, fmt.Errorf("gamma %g outside (0, 1]", opt.Gamma)
+	}
+	if !(opt.Delta >= 0 && opt.Delta <= opt.Gamma) {
+		return nil, fmt.Errorf("delta %g outside [0, gamma %g]", opt.Delta, opt.Gamma)
+	}
+	lo, hi, err := ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, opt.ExplicitRange)
+	if err != nil {
+		return nil, err
+	}
+	dtype := opt.DType
+	meta := format.Metadata{
+		Config:           ck.ConfigJSON,
+		GenerationConfig: ck.GenerationConfig,
+		Selection: &format.Selection{Gamma: opt.Gamma, Delta: opt.Delta, FirstLayer: lo, LastLayer: hi,
+			Random: opt.Random, Seed: int64(opt.Seed)},
+		Provenance: format.Provenance{Source: ck.Dir, SourceDigest: "sha256:" + ck.Digest(),
+			ToolVersion: ToolVersion, Created: time.Now().UTC().Format(time.RFC3339)},
+	}
+	if meta.Tokenizer, err = os.ReadFile(filepath.Join(ck.Dir, "tokenizer.json")); err != nil {
+		return nil, fmt.Errorf("%s: the tokenizer is embedded in the .sinf file: %w", ck.Dir, err)
+	}
+	if tc, err := os.ReadFile(filepath.Join(ck.Dir, "tokenizer_config.json")); err == nil {
+		meta.TokenizerConfig = tc
+	}
+
+	// Kept neurons per layer in range.
+	kept := map[int][]int32{}
+	if !opt.Random {
+		if opt.TaskScores == nil || opt.ModelScores == nil {
+			return nil, errors.New("task and model score files are needed (or --random)")
+		}
+		digest := scores.ModelDigest(ck.ConfigJSON, ffnShapes(ck))
+		for _, s := range []struct {
+			f    *scores.File
+			path string
+		}{{opt.TaskScores, opt.TaskScoresPath}, {opt.ModelScores, opt.ModelScoresPath}} {
+			if s.f.ModelDigest != digest {
+				return nil, fmt.Errorf("%s: scores of model %s, but %s is model %s", s.path, s.f.ModelDigest, ck.Dir, digest)
+			}
+			if len(s.f.Scores) != cfg.Layers {
+				return nil, fmt.Errorf("%s: %d layers of scores for a model of %d", s.path, len(s.f.Scores), cfg.Layers)
+			}
+		}
+		meta.Provenance.TaskScores = scoresRef(opt.TaskScores, opt.TaskScoresPath)
+		meta.Provenance.ModelScores = scoresRef(opt.ModelScores, opt.ModelScoresPath)
+	}
+	for l := lo; l < hi; l++ {
+		var k []int32
+		var base int
+		if opt.Random {
+			k, base = SelectRandom(N, opt.Gamma, opt.Delta, opt.Seed, l)
+		} else if k, base, err = Select(opt.TaskScores.Ranking(l), opt.ModelScores.Ranking(l), N, opt.Gamma, opt.Delta); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		kept[l] = k
+		meta.Selection.Layers = append(meta.Selection.Layers, format.LayerSelection{Layer: l, Kept: len(k), Base: base})
+	}
+
+	names := orderedNames(ck.Names())
+	first, _ := ck.Tensor(names[0])
+	if dtype == 0 {
+		dtype = first.DType
+		for _, n := range names {
+			if t, _ := ck.Tensor(n); strings.HasSuffix(n, "mlp.gate_proj.weight") {
+				dtype = t.DType
+				break
+			}
+		}
+	}
+	meta.DType = dtype
+	for _, n := range names {
+		t, _ := ck.Tensor(n)
+		meta.Provenance.SourceBytes += int64(len(t.Data))
+	}
+
+	w, err := format.Create(out, meta, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Abort() // no-op after a successful Close
+	var bar *progressbar.ProgressBar
+	if opt.Progress != nil {
+		bar = progressbar.NewOptions(len(names), progressbar.OptionSetWriter(opt.Progress),
+			progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	}
+	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers}
+	for _, name := range names {
+		t, err := ck.Tensor(name)
+		if err != nil {
+			return nil, err
+		}
+		rep.SourceBytes += int64(len(t.Data))
+		rep.OriginalParams += int64(t.Elems())
+		layer, part := ffnPart(name)
+		k, sliced := kept[layer]
+		switch {
+		case sliced && part != "":
+			if err := writeSliced(w, t, part, k, N, H, dtype, &rep.StoredParams); err != nil {
+				return nil, err
+			}
+		default:
+			rep.StoredParams += int64(t.Elems())
+			if err := w.AddTensor(name, outDType(t, dtype), t.Shape, castData(t, outDType(t, dtype))); err != nil {
+				return nil, err
+			}
+		}
+		if bar != nil {
+			bar.Add(1)
+		}
+	}
+	for l := lo; l < hi; l++ {
+		idx := make([]byte, 4*len(kept[l]))
+		for j, n := range kept[l] {
+			binary.LittleEndian.PutUint32(idx[4*j:], uint32(n))
+		}
+		if err := w.AddTensor(fmt.Sprintf("model.layers.%d.mlp.neuron_index", l), format.I32, []int{len(kept[l])}, idx); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+
+	fi, err := os.Stat(out)
+	if err != nil {
+		return nil, err
+	}
+	rep.Bytes = fi.Size()
+	return rep, nil
+}
+
+func scoresRef(f *scores.File, path string) *format.ScoresRef {
+	d, _ := format.DigestFiles(path)
+	return &format.ScoresRef{Path: path, Digest: d, Task: f.Task, Tasks: f.Tasks(),
+		InputTokens: f.InputTokens, GeneratedTokens: f.GeneratedTokens}
+}
+
+// ffnShapes lists the FFN tensors' shapes, the model identity of score files.
+func ffnShapes(ck *hf.Checkpoint) map[string][]int {
+	out := map[string][]int{}
+	for _, n := range ck.Names() {
+		if _, part := ffnPart(n); part != "" {
+			t, _ := ck.Tensor(n)
+			out[n] = t.Shape
+		}
+	}
+	return out
+}
+
+// FFNShapes is ffnShapes for callers outside the package (the profiler).
+func FFNShapes(ck *hf.Checkpoint) map[string][]int { return ffnShapes(ck) }
+
+// ffnPart parses "model.layers.N.mlp.{gate,up,down}_proj.weight".
+func ffnPart(name string) (layer int, part string) {
+	rest, ok := strings.CutPrefix(name, "model.layers.")
+	if !ok {
+		return -1, ""
+	}
+	num, rest, ok := strings.Cut(rest, ".")
+	if !ok {
+		return -1, ""
+	}
+	l, err := strconv.Atoi(num)
+	if err != nil {
+		return -1, ""
+	}
+	switch rest {
+	case "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight":
+		return l, rest[4 : len(rest)-len("_proj.weight")]
+	}
+	return l, ""
+}
+
+// orderedNames sorts tensor names by layer number, then name, with
+// non-layer tensors (embeddings) first and the final norm / head last.
+func orderedNames(names []string) []string {
+	out := append([]string(nil), names...)
+	key := func(n string) (int, string) {
+		if rest, ok := strings.CutPrefix(n, "model.layers."); ok {
+			num, tail, _ := strings.Cut(rest, ".")
+			if l, err := strconv.Atoi(num); err == nil {
+				return l, tail
+			}
+		}
+		if strings.Contains(n, "embed") {
+			return -1, n
+		}
+		return math.MaxInt, n
+	}
+	sort.Slice(out, func(i, j int) bool {
+		li, ni := key(out[i])
+		lj, nj := key(out[j])
+		return li < lj || (li == lj && ni < nj)
+	})
+	return out
+}
+
+// outDType is the stored dtype: float tensors take the target dtype.
+func outDType(t format.Tensor, target format.DType) format.DType {
+	switch t.DType {
+	case format.F32, format.F16, format.BF16:
+		return target
+	}
+	return t.DType
+}
+
+// castData re-encodes t's data in dtype (a copy only when they differ).
+func castData(t format.Tensor, dtype format.DType) []byte {
+	if t.DType == dtype {
+		return t.Data
+	}
+	f, _ := t.ToF32()
+	return encode(f, dtype)
+}
+
+// encode writes float32 values little-endian in dtype (round to nearest even).
+func encode(f []float32, dtype format.DType) []byte {
+	out := make([]byte, len(f)*dtype.Size())
+	for i, v := range f {
+		switch dtype {
+		case format.F32:
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+		case format.F16:
+			binary.LittleEndian.PutUint16(out[2*i:], format.F32ToF16(v))
+		case format.BF16:
+			binary.LittleEndian.PutUint16(out[2*i:], format.F32ToBF16(v))
+		}
+	}
+	return out
+}
+
+// writeSliced stores the kept neurons of one FFN tensor: gate/up rows in kept
+// order as [kept, hidden]; down_proj [hidden, N] transposed to [kept, hidden]
+// (row j = column kept[j]) under the name down_proj.weight_t.
+func writeSliced(w *format.Writer, t format.Tensor, part string, kept []int32, N, H int, dtype format.DType, params *int64) error {
+	es := t.DType.Size()
+	var want [2]int
+	if part == "down" {
+		want = [2]int{H, N}
+	} else {
+		want = [2]int{N, H}
+	}
+	if err := t.CheckShape(want[0], want[1]); err != nil {
+		return err
+	}
+	src := make([]byte, len(kept)*H*es)
+	if part == "down" {
+		for j, n := range kept {
+			for h := 0; h < H; h++ {
+				copy(src[(j*H+h)*es:(j*H+h+1)*es], t.Data[(h*N+int(n))*es:])
+			}
+		}
+	} else {
+		for j, n := range kept {
+			copy(src[j*H*es:(j+1)*H*es], t.Data[int(n)*H*es:])
+		}
+	}
+	name := t.Name
+	if part == "down" {
+		name = strings.TrimSuffix(name, ".weight") + ".weight_t"
+	}
+	*params += int64(len(kept) * H)
+	view := format.Tensor{Name: name, DType: t.DType, Shape: []int{len(kept), H}, Data: src}
+	return w.AddTensor(name, dtype, view.Shape, castData(view, dtype))
+}

@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// GenerateOptions configures Session.Generate.
+type GenerateOptions struct {
+	MaxTokens int          // tokens to generate at most
+	Sampler   *Sampler     // nil: greedy
+	Sparsity  Sparsity     // which neurons decode computes
+	EOS       []int        // generation stops after emitting one of these
+	OnToken   func(id int) // called with each generated id as it is produced
+}
+
+// Result reports a generation: ids, timings and the neurons computed.
+type Result struct {
+	PromptIDs         []int
+	IDs               []int // generated, EOS included when emitted
+	PrefillSeconds    float64
+	DecodeSeconds     float64
+	PrefillTokensPerS float64
+	DecodeTokensPerS  float64 // decode steps (tokens fed after the prompt) per second
+	LoadedNeurons     []int   // per layer: neurons stored
+	ComputedNeurons   []int   // per layer: neurons computed per decode step
+}
+
+// multiObserver fans one activation batch out to several observers.
+type multiObserver []Observer
+
+func (m multiObserver) ObserveFFN(layer int, act []float32, T int, rows []int32) {
+	for _, o := range m {
+		o.ObserveFFN(layer, act, T, rows)
+	}
+}
+
+// Generate runs the prompt as one batched prefill, computing every loaded
+// neuron; in a sparse mode it counts activations (Counter) and fixes each
+// sliced layer's active set (ActiveSet); then it samples and feeds tokens one
+// at a time until MaxTokens, an EOS id, or the end of the context. The
+// session must be empty (Pos() == 0).
+func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
+	res := Result{PromptIDs: slices.Clone(prompt)}
+	if len(prompt) == 0 {
+		return res, errors.New("generate: empty prompt")
+	}
+	if s.pos != 0 {
+		return res, errors.New("generate: session is not empty; call Reset first")
+	}
+	if len(prompt) > s.ctx {
+		return res, fmt.Errorf("%w: prompt of %d tokens, context %d", ErrContextFull, len(prompt), s.ctx)
+	}
+	sp := opt.Sparsity
+	if err := sp.Validate(s.m); err != nil {
+		return res, err
+	}
+	var counter *Counter
+	saved := s.Observe
+	if sp.Mode != Dense {
+		counter = NewCounter(s.m, sp.Alpha)
+		if saved != nil {
+			s.Observe = multiObserver{saved, counter}
+		} else {
+			s.Observe = counter
+		}
+	}
+	start := time.Now()
+	logits, err := s.Forward(prompt, false)
+	s.Observe = saved
+	if err != nil {
+		return res, err
+	}
+	res.PrefillSeconds = time.Since(start).Seconds()
+	res.PrefillTokensPerS = float64(len(prompt)) / res.PrefillSeconds
+	N := s.m.Config.Intermediate
+	for i := range s.m.Layers {
+		f := &s.m.Layers[i].MLP
+		res.LoadedNeurons = append(res.LoadedNeurons, f.Kept())
+		if counter != nil && f.Sliced {
+			s.SetActive(i, ActiveSet(f, counter.Counts[i], sp, N))
+		}
+		if a := s.active[i]; a != nil {
+			res.ComputedNeurons = append(res.ComputedNeurons, len(a))
+		} else {
+			res.ComputedNeurons = append(res.ComputedNeurons, f.Kept())
+		}
+	}
+	sampler := opt.Sampler
+	if sampler == nil {
+		sampler = NewSampler(0, 0, 0, 0)
+	}
+	start = time.Now()
+	steps := 0
+	for len(res.IDs) < opt.MaxTokens {
+		id := sampler.Sample(logits)
+		res.IDs = append(res.IDs, id)
+		if opt.OnToken != nil {
+			opt.OnToken(id)
+		}
+		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx {
+			break
+		}
+		if logits, err = s.Forward([]int{id}, false); err != nil {
+			return res, err
+		}
+		steps++
+	}
+	res.DecodeSeconds = time.Since(start).Seconds()
+	if steps > 0 {
+		res.DecodeTokensPerS = float64(steps) / res.DecodeSeconds
+	}
+	return res, nil
+}

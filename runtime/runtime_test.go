@@ -1,0 +1,151 @@
+package runtime_test
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+var sharedModels = []string{"tinystories-656k", "stories260k", "babyllama-936k"}
+
+func load(t *testing.T, name string) (*hf.Checkpoint, *runtime.Model) {
+	t.Helper()
+	ck, m, err := hf.Load(sharedtest.Path(t, "models", name))
+	require.NoError(t, err)
+	t.Cleanup(func() { ck.Close() })
+	return ck, m
+}
+
+func newPool(t *testing.T) *kernels.Pool {
+	p := kernels.NewPool(2)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestKVCacheMatchesRecompute: decoding token by token with the KV cache gives
+// the logits (within 1e-5) of recomputing the whole sequence in one prefill.
+func TestKVCacheMatchesRecompute(t *testing.T) {
+	for _, name := range append(sharedModels, "tiny-random-qwen2") {
+		t.Run(name, func(t *testing.T) {
+			_, m := load(t, name)
+			pool := newPool(t)
+			seq := []int{1, 5, 9, 33, 2, 17, 40, 7, 11, 3, 60, 21}
+			for i := range seq {
+				seq[i] %= m.Config.Vocab
+			}
+			inc := m.NewSession(pool, 64)
+			_, err := inc.Forward(seq[:4], false)
+			require.NoError(t, err)
+			for n := 5; n <= len(seq); n++ {
+				got, err := inc.Forward(seq[n-1:n], false)
+				require.NoError(t, err)
+				full := m.NewSession(pool, 64)
+				want, err := full.Forward(seq[:n], false)
+				require.NoError(t, err)
+				for j := range want {
+					require.InDelta(t, want[j], got[j], 1e-5, "len %d logit %d", n, j)
+				}
+			}
+		})
+	}
+}
+
+// upcast serves a checkpoint with every BF16/F16 tensor decoded to F32.
+type upcast struct{ *hf.Checkpoint }
+
+func (u upcast) Tensor(name string) (format.Tensor, error) {
+	t, err := u.Checkpoint.Tensor(name)
+	if err != nil || t.DType == format.F32 {
+		return t, err
+	}
+	f, err := t.ToF32()
+	if err != nil {
+		return t, err
+	}
+	b := make([]byte, 4*len(f))
+	for i, v := range f {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return format.Tensor{Name: t.Name, DType: format.F32, Shape: t.Shape, Data: b}, nil
+}
+
+// TestQwen2BF16MatchesF32Upcast: the random Qwen2 fixture (BF16, q/k/v biases)
+// runs, and its first 16 greedy tokens and logits equal those of the F32
+// upcast of the same weights.
+func TestQwen2BF16MatchesF32Upcast(t *testing.T) {
+	ck, m := load(t, "tiny-random-qwen2")
+	require.Equal(t, "qwen2", m.Config.ModelType)
+	require.True(t, m.Config.AttentionBias)
+	require.Equal(t, format.BF16, m.Layers[0].Q.DType)
+	m32, err := runtime.Load(ck.Config, upcast{ck}, runtime.LoadOptions{})
+	require.NoError(t, err)
+	require.Equal(t, format.F32, m32.Layers[0].Q.DType)
+	pool := newPool(t)
+	prompt := []int{1, 100, 200, 300}
+	r16, err := m.NewSession(pool, 0).Generate(prompt, runtime.GenerateOptions{MaxTokens: 16})
+	require.NoError(t, err)
+	r32, err := m32.NewSession(pool, 0).Generate(prompt, runtime.GenerateOptions{MaxTokens: 16})
+	require.NoError(t, err)
+	require.Len(t, r16.IDs, 16)
+	require.Equal(t, r32.IDs, r16.IDs)
+	l16, err := m.NewSession(pool, 0).Forward(prompt, true)
+	require.NoError(t, err)
+	l16 = append([]float32(nil), l16...)
+	l32, err := m32.NewSession(pool, 0).Forward(prompt, true)
+	require.NoError(t, err)
+	for j := range l32 {
+		require.InDelta(t, l32[j], l16[j], 1e-5)
+	}
+}
+
+// TestGenerateGreedyMatchesGolden: Generate with the default (greedy) sampler
+// reproduces the golden continuation of tinystories-656k, and stops at EOS.
+func TestGenerateStopsAtEOS(t *testing.T) {
+	_, m := load(t, "tinystories-656k")
+	pool := newPool(t)
+	s := m.NewSession(pool, 0)
+	prompt := []int{1, 80, 147, 201, 282, 57}
+	r, err := s.Generate(prompt, runtime.GenerateOptions{MaxTokens: 400, EOS: m.Config.EOS})
+	require.NoError(t, err)
+	require.Equal(t, []int{313, 598, 303, 1049}, r.IDs[:4])
+	last := r.IDs[len(r.IDs)-1]
+	if len(r.IDs) < 400 {
+		require.Equal(t, m.Config.EOS[0], last, "a story shorter than the limit must end with EOS")
+	}
+	_, err = s.Generate(prompt, runtime.GenerateOptions{MaxTokens: 1})
+	require.ErrorContains(t, err, "not empty")
+	s.Reset()
+	_, err = s.Generate(nil, runtime.GenerateOptions{MaxTokens: 1})
+	require.ErrorContains(t, err, "empty prompt")
+	short := m.NewSession(pool, 4)
+	_, err = short.Generate(prompt, runtime.GenerateOptions{MaxTokens: 1})
+	require.ErrorIs(t, err, runtime.ErrContextFull)
+}
+
+// TestSampler: greedy picks the lowest id among equal maxima; top-k 1 is
+// greedy at any temperature; the same seed gives the same draws; top-p keeps
+// only the head of the distribution.
+func TestSampler(t *testing.T) {
+	logits := []float32{1, 5, 5, 2}
+	require.Equal(t, 1, runtime.NewSampler(0, 0, 0, 1).Sample(logits))
+	require.Equal(t, 1, runtime.NewSampler(2, 1, 0, 1).Sample(logits))
+	a, b := runtime.NewSampler(1, 0, 0, 42), runtime.NewSampler(1, 0, 0, 42)
+	for range 50 {
+		require.Equal(t, a.Sample(logits), b.Sample(logits))
+	}
+	// p(1)=p(2)≈0.48 each, p(3)≈0.024, p(0)≈0.009: top-p 0.9 keeps only ids 1, 2.
+	s := runtime.NewSampler(1, 0, 0.9, 7)
+	seen := map[int]bool{}
+	for range 400 {
+		seen[s.Sample(logits)] = true
+	}
+	require.Equal(t, map[int]bool{1: true, 2: true}, seen)
+}

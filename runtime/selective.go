@@ -1,0 +1,170 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Mode selects which FFN neurons decode computes (paper §5 and its baselines).
+type Mode int
+
+const (
+	// Dense computes every loaded neuron: the dense model on a full file, the
+	// γ-dense baseline on a slim one.
+	Dense Mode = iota
+	// SelectInfer computes the static (base) neurons plus dynamic neurons
+	// picked from the prompt, φ·N in all.
+	SelectInfer
+	// CoreInfer computes φ·N neurons picked from the prompt alone (no static
+	// set): CoreInfer on a full file, CoreInfer + selective loading on a slim
+	// one, CoreInfer + random loading on a random one.
+	CoreInfer
+)
+
+// ParseMode parses "dense", "selectinfer" or "coreinfer".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "dense":
+		return Dense, nil
+	case "selectinfer":
+		return SelectInfer, nil
+	case "coreinfer":
+		return CoreInfer, nil
+	}
+	return 0, fmt.Errorf("unknown mode %q (want selectinfer, dense or coreinfer)", s)
+}
+
+func (m Mode) String() string {
+	return [...]string{"dense", "selectinfer", "coreinfer"}[m]
+}
+
+// Sparsity configures selective computation. Phi is φ, the fraction of the
+// original N computed in decode; Alpha is α, the fraction of a token's
+// positive activations kept when counting (paper §5; defaults 0.4 and 0.2).
+type Sparsity struct {
+	Mode  Mode
+	Phi   float64
+	Alpha float64
+}
+
+// DefaultSparsity is the paper's Table 1 setting.
+var DefaultSparsity = Sparsity{Mode: SelectInfer, Phi: 0.4, Alpha: 0.2}
+
+// Validate checks α ∈ (0,1], φ ∈ (0,1], and for each sliced layer φ·N ≤ kept
+// (φ ≤ γ) and, in selectinfer mode, base ≤ φ·N (δ ≤ φ); errors say which.
+func (sp Sparsity) Validate(m *Model) error {
+	if sp.Mode == Dense {
+		return nil
+	}
+	if !(sp.Alpha > 0 && sp.Alpha <= 1) {
+		return fmt.Errorf("alpha %g outside (0, 1]", sp.Alpha)
+	}
+	if !(sp.Phi > 0 && sp.Phi <= 1) {
+		return fmt.Errorf("phi %g outside (0, 1]", sp.Phi)
+	}
+	N := m.Config.Intermediate
+	target := RoundCount(sp.Phi, N)
+	sliced := 0
+	for i := range m.Layers {
+		f := &m.Layers[i].MLP
+		if !f.Sliced {
+			continue
+		}
+		sliced++
+		if target > f.Kept() {
+			return fmt.Errorf("phi %g exceeds gamma: layer %d computes round(phi·N) = %d neurons but stores only %d (%.3f of N=%d)", sp.Phi, i, target, f.Kept(), float64(f.Kept())/float64(N), N)
+		}
+		if sp.Mode == SelectInfer && f.Base > target {
+			return fmt.Errorf("delta exceeds phi: layer %d has %d base neurons (%.3f of N=%d) but phi %g computes only %d", i, f.Base, float64(f.Base)/float64(N), N, sp.Phi, target)
+		}
+	}
+	if sliced == 0 {
+		return fmt.Errorf("mode %v needs a file with sliced layers (convert one with sinf convert; --gamma 1 keeps every neuron)", sp.Mode)
+	}
+	return nil
+}
+
+// RoundCount returns round(frac·n), halves away from zero: the neuron counts
+// of the paper's δ·N, γ·N and φ·N.
+func RoundCount(frac float64, n int) int {
+	return int(math.Round(frac * float64(n)))
+}
+
+// Counter accumulates, during prefill, how often each loaded neuron of each
+// sliced layer is among the top α of a token's positive activations: per
+// token with P positive activations, the round(α·P) largest are counted
+// (ties: lower row). It implements Observer.
+type Counter struct {
+	Alpha  float64
+	Counts [][]int32 // [layer][kept row]; nil for layers not counted
+	model  *Model
+	order  []int32
+}
+
+// NewCounter returns a Counter for the sliced layers of m.
+func NewCounter(m *Model, alpha float64) *Counter {
+	c := &Counter{Alpha: alpha, Counts: make([][]int32, len(m.Layers)), model: m}
+	for i := range m.Layers {
+		if f := &m.Layers[i].MLP; f.Sliced {
+			c.Counts[i] = make([]int32, f.Kept())
+		}
+	}
+	return c
+}
+
+// ObserveFFN counts the top α of each token's positive activations. act is
+// [T, kept] over all loaded rows (prefill computes every loaded neuron).
+func (c *Counter) ObserveFFN(layer int, act []float32, T int, rows []int32) {
+	counts := c.Counts[layer]
+	if counts == nil {
+		return
+	}
+	kept := len(counts)
+	for t := 0; t < T; t++ {
+		a := act[t*kept : (t+1)*kept]
+		c.order = c.order[:0]
+		for j, v := range a {
+			if v > 0 {
+				c.order = append(c.order, int32(j))
+			}
+		}
+		k := RoundCount(c.Alpha, len(c.order))
+		if k == 0 {
+			continue
+		}
+		sort.Slice(c.order, func(x, y int) bool {
+			ax, ay := a[c.order[x]], a[c.order[y]]
+			return ax > ay || (ax == ay && c.order[x] < c.order[y])
+		})
+		for _, j := range c.order[:k] {
+			counts[j]++
+		}
+	}
+}
+
+// ActiveSet returns, for one sliced layer, the rows decode computes:
+// selectinfer: rows [0, base) (static) then the most frequently counted other
+// rows until round(φ·N) rows; coreinfer: the round(φ·N) most frequently
+// counted rows. Frequency ties go to the lower row. Rows are returned sorted
+// ascending (static first in selectinfer mode stays true because static rows
+// are the lowest rows).
+func ActiveSet(f *MLP, counts []int32, sp Sparsity, N int) []int32 {
+	target := min(RoundCount(sp.Phi, N), f.Kept())
+	static := 0
+	if sp.Mode == SelectInfer {
+		static = min(f.Base, target)
+	}
+	rest := make([]int32, 0, f.Kept()-static)
+	for j := static; j < f.Kept(); j++ {
+		rest = append(rest, int32(j))
+	}
+	sort.SliceStable(rest, func(x, y int) bool { return counts[rest[x]] > counts[rest[y]] })
+	out := make([]int32, 0, target)
+	for j := 0; j < static; j++ {
+		out = append(out, int32(j))
+	}
+	out = append(out, rest[:target-static]...)
+	sort.Slice(out, func(x, y int) bool { return out[x] < out[y] })
+	return out
+}
