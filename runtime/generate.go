@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -113,4 +114,49 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 		res.DecodeTokensPerS = float64(steps) / res.DecodeSeconds
 	}
 	return res, nil
+}
+
+// Score returns the negative log-likelihood (natural log) of each token of
+// cont given the prompt and the tokens of cont before it: the prompt runs as
+// one prefill (which, in a sparse mode, fixes the active sets as Generate
+// does), then cont is fed one token at a time through decode (teacher
+// forcing). nll[i] = −log p(cont[i] | prompt, cont[:i]). The session must be
+// empty. Used for perplexity and log-likelihood evaluation.
+func (s *Session) Score(prompt, cont []int, sp Sparsity) ([]float64, error) {
+	if len(cont) == 0 {
+		return nil, nil
+	}
+	var nll []float64
+	first := true
+	_, err := s.Generate(prompt, GenerateOptions{MaxTokens: 0, Sparsity: sp})
+	if err != nil {
+		return nil, err
+	}
+	logits := s.buf.logits[:s.m.Config.Vocab]
+	for i, id := range cont {
+		if !first {
+			if logits, err = s.Forward(cont[i-1:i], false); err != nil {
+				return nil, err
+			}
+		}
+		first = false
+		if id < 0 || id >= len(logits) {
+			return nil, fmt.Errorf("score: token id %d outside [0, %d)", id, len(logits))
+		}
+		nll = append(nll, -logSoftmaxAt(logits, id))
+	}
+	return nll, nil
+}
+
+// logSoftmaxAt returns log softmax(logits)[id], computed in float64.
+func logSoftmaxAt(logits []float32, id int) float64 {
+	m := float64(logits[0])
+	for _, v := range logits {
+		m = max(m, float64(v))
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - m)
+	}
+	return float64(logits[id]) - m - math.Log(sum)
 }
