@@ -130,7 +130,7 @@ func Action(open Opener) cli.ActionFunc {
 		if len(eos) == 0 {
 			eos = l.Model.Config.EOS
 		}
-		out := bufio.NewWriter(os.Stdout)
+		out := bufio.NewWriter(c.App.Writer)
 		dec := l.Tok.NewDecoder()
 		asJSON := c.Bool("json")
 		var text strings.Builder
@@ -162,12 +162,11 @@ func Action(open Opener) cli.ActionFunc {
 			rep.IDs = []int{}
 		}
 		if asJSON {
-			enc := json.NewEncoder(os.Stdout)
-			return enc.Encode(rep)
+			return json.NewEncoder(c.App.Writer).Encode(rep)
 		}
 		out.WriteString(rest + "\n")
 		out.Flush()
-		Summary(os.Stderr, l, rep)
+		Summary(c.App.ErrWriter, l, rep)
 		return nil
 	}
 }
