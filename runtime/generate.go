@@ -160,3 +160,19 @@ func logSoftmaxAt(logits []float32, id int) float64 {
 	}
 	return float64(logits[id]) - m - math.Log(sum)
 }
+
+// Generator is what a command needs of a backend: the CPU Session, or a GPU
+// session of the cuda package (built with -tags cuda).
+type Generator interface {
+	// Generate runs prefill, picks the active sets, and decodes (see
+	// Session.Generate for the contract).
+	Generate(prompt []int, opt GenerateOptions) (Result, error)
+	// Score returns per-token NLL of cont after prompt (see Session.Score).
+	Score(prompt, cont []int, sp Sparsity) ([]float64, error)
+	// Reset empties the KV cache and the active sets.
+	Reset()
+	// Context returns the KV cache length in positions.
+	Context() int
+}
+
+var _ Generator = (*Session)(nil)

@@ -79,6 +79,8 @@ func Flags() []cli.Flag {
 		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
 		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 		&cli.IntFlag{Name: "threads", Usage: "kernel threads (0: all CPUs)"},
+		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
+		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running"},
@@ -88,16 +90,74 @@ func Flags() []cli.Flag {
 
 // Report is the --json output.
 type Report struct {
-	PromptIDs         []int   `json:"prompt_ids"`
-	IDs               []int   `json:"ids"`
-	Text              string  `json:"text"`
-	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
-	DecodeTokensPerS  float64 `json:"decode_tokens_per_s"`
-	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
-	Mode              string  `json:"mode"`
-	LoadedNeurons     []int   `json:"loaded_neurons"`
-	ComputedNeurons   []int   `json:"computed_neurons"`
-	MappedBytes       int64   `json:"mapped_bytes"`
+	PromptIDs         []int      `json:"prompt_ids"`
+	IDs               []int      `json:"ids"`
+	Text              string     `json:"text"`
+	PrefillTokensPerS float64    `json:"prefill_tokens_per_s"`
+	DecodeTokensPerS  float64    `json:"decode_tokens_per_s"`
+	PeakRSSBytes      int64      `json:"peak_rss_bytes"`
+	Mode              string     `json:"mode"`
+	LoadedNeurons     []int      `json:"loaded_neurons"`
+	ComputedNeurons   []int      `json:"computed_neurons"`
+	MappedBytes       int64      `json:"mapped_bytes"`
+	Device            DeviceInfo `json:"device"`
+}
+
+// DeviceInfo says where a run computed: "cpu" with its threads, or "cuda"
+// with the GPU and the weight path taken (registered mapped file, managed
+// copy, or device copy).
+type DeviceInfo struct {
+	Name    string `json:"name"`
+	Threads int    `json:"threads,omitempty"`
+	GPU     string `json:"gpu,omitempty"`
+	Weights string `json:"weights,omitempty"`
+}
+
+// DeviceOptions configure a backend.
+type DeviceOptions struct {
+	Threads int  // CPU kernel threads (0: all CPUs)
+	Context int  // KV cache positions (0: max_position_embeddings)
+	Mapped  bool // cuda: use the registered mapped file on a discrete GPU too
+}
+
+// Backend is a generator with resources to release.
+type Backend interface {
+	runtime.Generator
+	Close()
+}
+
+// devices holds the non-CPU backends compiled in (cuda registers itself in a
+// file built with -tags cuda).
+var devices = map[string]func(l *Loaded, o DeviceOptions) (Backend, DeviceInfo, error){}
+
+// RegisterDevice adds a backend under a --device name.
+func RegisterDevice(name string, open func(l *Loaded, o DeviceOptions) (Backend, DeviceInfo, error)) {
+	devices[name] = open
+}
+
+type cpuBackend struct {
+	*runtime.Session
+	pool *kernels.Pool
+}
+
+func (b cpuBackend) Close() { b.pool.Close() }
+
+// NewGenerator opens the named device's backend for a loaded model. The CPU
+// is always there; "cuda" only in a build with -tags cuda, else the error
+// says so.
+func NewGenerator(device string, l *Loaded, o DeviceOptions) (Backend, DeviceInfo, error) {
+	switch device {
+	case "", "cpu":
+		pool := kernels.NewPool(o.Threads)
+		return cpuBackend{l.Model.NewSession(pool, o.Context), pool}, DeviceInfo{Name: "cpu", Threads: pool.Threads()}, nil
+	}
+	if open, ok := devices[device]; ok {
+		return open(l, o)
+	}
+	if device == "cuda" {
+		return nil, DeviceInfo{}, errors.New("--device cuda: this binary was built without CUDA support; build it with make cuda (go build -tags cuda)")
+	}
+	return nil, DeviceInfo{}, fmt.Errorf("--device %q: unknown device (want cpu or cuda)", device)
 }
 
 // Action returns the run command's action over an opener.
@@ -116,13 +176,15 @@ func Action(open Opener) cli.ActionFunc {
 		if err != nil {
 			return err
 		}
-		pool := kernels.NewPool(c.Int("threads"))
-		defer pool.Close()
+		s, info, err := NewGenerator(c.String("device"), l, DeviceOptions{Threads: c.Int("threads"), Context: c.Int("context"), Mapped: c.Bool("mapped")})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
 		ids := l.Tok.Encode(prompt, l.Tok.AddsBOS() && !c.Bool("no-bos"))
 		if len(ids) == 0 {
 			return errors.New("the prompt encodes to no tokens")
 		}
-		s := l.Model.NewSession(pool, c.Int("context"))
 		if len(ids) >= s.Context() {
 			return fmt.Errorf("the prompt is %d tokens, the context %d: shorten it (or raise --context up to max_position_embeddings %d)", len(ids), s.Context(), l.Model.Config.MaxPositions)
 		}
@@ -157,7 +219,7 @@ func Action(open Opener) cli.ActionFunc {
 		rep := Report{PromptIDs: res.PromptIDs, IDs: res.IDs, Text: text.String(),
 			PrefillTokensPerS: res.PrefillTokensPerS, DecodeTokensPerS: res.DecodeTokensPerS,
 			PeakRSSBytes: PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
-			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes}
+			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info}
 		if rep.IDs == nil {
 			rep.IDs = []int{}
 		}
