@@ -164,10 +164,11 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 			}
 		default:
 			rep.StoredParams += int64(t.Elems())
-			if err := w.AddTensor(name, outDType(t, dtype), t.Shape, castData(t, outDType(t, dtype))); err != nil {
+			if err := writeCast(w, t, outDType(t, dtype)); err != nil {
 				return nil, err
 			}
 		}
+		ck.Release(name) // drop the source pages from resident memory
 		if bar != nil {
 			bar.Add(1)
 		}
@@ -268,29 +269,52 @@ func outDType(t format.Tensor, target format.DType) format.DType {
 	return t.DType
 }
 
-// castData re-encodes t's data in dtype (a copy only when they differ).
-func castData(t format.Tensor, dtype format.DType) []byte {
-	if t.DType == dtype {
-		return t.Data
-	}
-	f, _ := t.ToF32()
-	return encode(f, dtype)
-}
+// chunkElems is how many elements writeCast converts at a time.
+const chunkElems = 1 << 18
 
-// encode writes float32 values little-endian in dtype (round to nearest even).
-func encode(f []float32, dtype format.DType) []byte {
-	out := make([]byte, len(f)*dtype.Size())
-	for i, v := range f {
-		switch dtype {
-		case format.F32:
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		case format.F16:
-			binary.LittleEndian.PutUint16(out[2*i:], format.F32ToF16(v))
-		case format.BF16:
-			binary.LittleEndian.PutUint16(out[2*i:], format.F32ToBF16(v))
+// writeCast streams t into w re-encoded as dtype, chunkElems elements at a
+// time, so converting a tensor costs no more than a chunk of memory.
+func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
+	out, err := w.BeginTensor(t.Name, dtype, t.Shape)
+	if err != nil {
+		return err
+	}
+	if t.DType == dtype {
+		if _, err := out.Write(t.Data); err != nil {
+			return err
+		}
+		return w.EndTensor()
+	}
+	es := t.DType.Size()
+	buf := make([]byte, chunkElems*dtype.Size())
+	for lo := 0; lo < len(t.Data); lo += chunkElems * es {
+		part := format.Tensor{Name: t.Name, DType: t.DType, Data: t.Data[lo:min(lo+chunkElems*es, len(t.Data))]}
+		part.Shape = []int{len(part.Data) / es}
+		f, err := part.ToF32()
+		if err != nil {
+			return err
+		}
+		if _, err := out.Write(encode(buf[:0], f, dtype)); err != nil {
+			return err
 		}
 	}
-	return out
+	return w.EndTensor()
+}
+
+// encode appends float32 values to dst, little-endian in dtype (round to
+// nearest even for F16 and BF16).
+func encode(dst []byte, f []float32, dtype format.DType) []byte {
+	for _, v := range f {
+		switch dtype {
+		case format.F32:
+			dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
+		case format.F16:
+			dst = binary.LittleEndian.AppendUint16(dst, format.F32ToF16(v))
+		case format.BF16:
+			dst = binary.LittleEndian.AppendUint16(dst, format.F32ToBF16(v))
+		}
+	}
+	return dst
 }
 
 // writeSliced stores the kept neurons of one FFN tensor: gate/up rows in kept
@@ -324,6 +348,5 @@ func writeSliced(w *format.Writer, t format.Tensor, part string, kept []int32, N
 		name = strings.TrimSuffix(name, ".weight") + ".weight_t"
 	}
 	*params += int64(len(kept) * H)
-	view := format.Tensor{Name: name, DType: t.DType, Shape: []int{len(kept), H}, Data: src}
-	return w.AddTensor(name, dtype, view.Shape, castData(view, dtype))
+	return writeCast(w, format.Tensor{Name: name, DType: t.DType, Shape: []int{len(kept), H}, Data: src}, dtype)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/convert/scores"
@@ -94,14 +95,5 @@ func convertCommand() *cli.Command {
 	}
 }
 
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+// human formats a byte count (runcmd.Human).
+func human(n int64) string { return runcmd.Human(n) }

@@ -286,16 +286,16 @@ func Summary(w io.Writer, l *Loaded, r Report) {
 		loaded += r.LoadedNeurons[i]
 		computed += r.ComputedNeurons[i]
 	}
-	line := fmt.Sprintf("[%s] %s: %s", r.Mode, l.Kind, human(l.FileBytes))
+	line := fmt.Sprintf("[%s] %s: %s", r.Mode, l.Kind, Human(l.FileBytes))
 	if l.Meta != nil && l.Meta.Provenance.Source != "" {
 		if src, err := sourceBytes(l.Meta); err == nil && src > 0 {
-			line += fmt.Sprintf(" (%.0f%% of the original %s)", 100*float64(l.FileBytes)/float64(src), human(src))
+			line += fmt.Sprintf(" (%.0f%% of the original %s)", 100*float64(l.FileBytes)/float64(src), Human(src))
 		}
 	}
 	if full > 0 {
 		line += fmt.Sprintf(", FFN neurons in sliced layers: %.0f%% loaded, %.0f%% computed per token", 100*float64(loaded)/float64(full), 100*float64(computed)/float64(full))
 	}
-	line += fmt.Sprintf(", prefill %.1f tok/s, decode %.1f tok/s, %d tokens, peak RSS %s", r.PrefillTokensPerS, r.DecodeTokensPerS, len(r.IDs), human(r.PeakRSSBytes))
+	line += fmt.Sprintf(", prefill %.1f tok/s, decode %.1f tok/s, %d tokens, peak RSS %s", r.PrefillTokensPerS, r.DecodeTokensPerS, len(r.IDs), Human(r.PeakRSSBytes))
 	fmt.Fprintln(w, line)
 }
 
@@ -306,7 +306,8 @@ func sourceBytes(m *format.Metadata) (int64, error) {
 	return 0, errors.New("unknown")
 }
 
-func human(n int64) string {
+// Human formats a byte count with a binary unit ("2.22 MiB").
+func Human(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
