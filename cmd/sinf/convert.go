@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -51,7 +50,7 @@ func convertCommand() *cli.Command {
 				Random:        c.Bool("random"), Seed: c.Uint64("seed"),
 			}
 			if !c.Bool("quiet") {
-				opt.Progress = os.Stderr
+				opt.Progress = c.App.ErrWriter
 			}
 			if s := c.String("dtype"); s != "" {
 				if opt.DType, err = format.ParseDType(s); err != nil || opt.DType == format.I32 || opt.DType == format.F64 {
@@ -79,7 +78,7 @@ func convertCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "memory budget %s: gamma %.2f (file %s + KV cache %s + runtime %s = %s)\n",
+				fmt.Fprintf(c.App.ErrWriter, "memory budget %s: gamma %.2f (file %s + KV cache %s + runtime %s = %s)\n",
 					b, plan.Gamma, human(plan.FileBytes), human(plan.KVBytes), human(plan.RuntimeBytes), human(plan.Total()))
 				opt.Gamma = plan.Gamma
 			}
@@ -87,7 +86,7 @@ func convertCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
+			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
 				rep.Path, human(rep.Bytes), human(rep.SourceBytes), 100*float64(rep.Bytes)/float64(rep.SourceBytes),
 				rep.First, rep.Last, rep.StoredParams, rep.OriginalParams)
 			return nil

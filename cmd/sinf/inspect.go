@@ -3,7 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -54,11 +54,11 @@ func inspectCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(os.Stdout)
+				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
 				return enc.Encode(a)
 			}
-			printAnatomy(a, c.Bool("tensors"))
+			printAnatomy(c.App.Writer, a, c.Bool("tensors"))
 			return nil
 		},
 	}
@@ -117,8 +117,8 @@ func tensorKind(name string) string {
 	return "norm"
 }
 
-func printAnatomy(a *Anatomy, tensors bool) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+func printAnatomy(out io.Writer, a *Anatomy, tensors bool) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "file\t%s (%s)\n", a.Path, human(a.FileBytes))
 	fmt.Fprintf(w, "architecture\t%s: %d layers, hidden %d, intermediate (N) %d, vocab %d, weights %s\n", a.ModelType, a.Layers, a.Hidden, a.Intermediate, a.Vocab, a.DType)
 	fmt.Fprintf(w, "parameters\t%d stored of %d original (%.1f%%)\n", a.ParamsStored, a.ParamsOriginal, 100*float64(a.ParamsStored)/float64(a.ParamsOriginal))
@@ -171,7 +171,7 @@ func verifyCommand() *cli.Command {
 			if err := f.Verify(); err != nil {
 				return err
 			}
-			fmt.Printf("%s: %d tensors, all checksums match\n", f.Path(), len(f.Tensors()))
+			fmt.Fprintf(c.App.Writer, "%s: %d tensors, all checksums match\n", f.Path(), len(f.Tensors()))
 			return nil
 		},
 	}

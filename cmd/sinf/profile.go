@@ -98,7 +98,7 @@ func profileCommand() *cli.Command {
 			var bar *progressbar.ProgressBar
 			start := time.Now()
 			if !c.Bool("quiet") {
-				bar = progressbar.NewOptions(len(prompts), progressbar.OptionSetWriter(os.Stderr),
+				bar = progressbar.NewOptions(len(prompts), progressbar.OptionSetWriter(c.App.ErrWriter),
 					progressbar.OptionSetDescription("profiling "+task.Name), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 				opt.Progress = func(p int, tokens int64) {
 					bar.Describe(fmt.Sprintf("profiling %s (%.0f tokens/s)", task.Name, float64(tokens)/time.Since(start).Seconds()))
@@ -128,7 +128,7 @@ func profileCommand() *cli.Command {
 			if res.Truncated > 0 {
 				msg += fmt.Sprintf("; %d prompts cut from the left to fit the context (%d tokens removed)", res.Truncated, res.CutTokens)
 			}
-			fmt.Fprintln(os.Stderr, msg)
+			fmt.Fprintln(c.App.ErrWriter, msg)
 			return nil
 		},
 	}
@@ -163,7 +163,7 @@ func mergeCommand() *cli.Command {
 				if err := scores.Write(out, merged); err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "wrote %s: %d files, tasks %v, %d input + %d generated tokens\n", out, len(ins), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
+				fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d files, tasks %v, %d input + %d generated tokens\n", out, len(ins), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
 			} else if c.Int("print-top") == 0 {
 				return errors.New("give --out FILE or --print-top K")
 			}
@@ -171,11 +171,11 @@ func mergeCommand() *cli.Command {
 				for l := range merged.Scores {
 					r := merged.Ranking(l)
 					k := min(k, len(r))
-					fmt.Printf("layer %d:", l)
+					fmt.Fprintf(c.App.Writer, "layer %d:", l)
 					for _, n := range r[:k] {
-						fmt.Printf(" %d", n)
+						fmt.Fprintf(c.App.Writer, " %d", n)
 					}
-					fmt.Println()
+					fmt.Fprintln(c.App.Writer)
 				}
 			}
 			return nil
@@ -220,14 +220,14 @@ func overlapCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := rep.WriteTable(os.Stdout); err != nil {
+			if err := rep.WriteTable(c.App.Writer); err != nil {
 				return err
 			}
 			if p := c.String("plot"); p != "" {
 				if err := rep.WritePlot(p); err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "wrote %s\n", p)
+				fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", p)
 			}
 			return nil
 		},

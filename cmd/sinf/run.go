@@ -84,7 +84,7 @@ func tokenizeCommand() *cli.Command {
 				ids = []int{}
 			}
 			b, _ := json.Marshal(ids)
-			fmt.Println(string(b))
+			fmt.Fprintln(c.App.Writer, string(b))
 			return nil
 		},
 	}
