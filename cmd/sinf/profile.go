@@ -51,6 +51,7 @@ func profileCommand() *cli.Command {
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads per prompt in flight (0: CPUs / batch)"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "score file to write (safetensors)"},
+			&cli.IntFlag{Name: "chunk-size", Usage: "also write one score file per K consecutive prompts (OUT.chunkNNN) for the within-task analysis"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		},
 		Action: func(c *cli.Context) error {
@@ -105,21 +106,27 @@ func profileCommand() *cli.Command {
 					bar.Set(p)
 				}
 			}
-			res, err := profile.Run(m, prompts, opt)
-			if err != nil {
-				return err
-			}
 			label := c.String("task")
 			if label == "" {
 				label = task.Name
 			}
-			f := &scores.File{
-				ModelDigest: scores.ModelDigest(ck.ConfigJSON, convert.FFNShapes(ck)),
-				Task:        label, Dataset: task.Name, Shard: shard, ToolVersion: convert.ToolVersion,
-				Prompts: res.Prompts, InputTokens: res.InputTokens, GeneratedTokens: res.GeneratedTokens,
-				Scores: res.Sums,
+			digest := scores.ModelDigest(ck.ConfigJSON, convert.FFNShapes(ck))
+			file := func(r *profile.Result, dataset string) *scores.File {
+				return &scores.File{ModelDigest: digest, Task: label, Dataset: dataset, Shard: shard, ToolVersion: convert.ToolVersion,
+					Prompts: r.Prompts, InputTokens: r.InputTokens, GeneratedTokens: r.GeneratedTokens, Scores: r.Sums}
 			}
-			if err := scores.Write(c.String("out"), f); err != nil {
+			if k := c.Int("chunk-size"); k > 0 {
+				opt.ChunkSize = k
+				opt.OnChunk = func(i int, r *profile.Result) error {
+					// A chunk is its own dataset, so chunk files merge as separate inputs.
+					return scores.Write(fmt.Sprintf("%s.chunk%03d", c.String("out"), i), file(r, fmt.Sprintf("%s#chunk%03d", task.Name, i)))
+				}
+			}
+			res, err := profile.Run(m, prompts, opt)
+			if err != nil {
+				return err
+			}
+			if err := scores.Write(c.String("out"), file(res, task.Name)); err != nil {
 				return err
 			}
 			secs := time.Since(start).Seconds()
@@ -214,6 +221,18 @@ func overlapCommand() *cli.Command {
 						l = filepath.Base(p)
 					}
 					labels = append(labels, l)
+				}
+			}
+			if !c.IsSet("label") {
+				seen := map[string]bool{}
+				for _, l := range labels {
+					if seen[l] { // tasks repeat (chunks, shards): label by file name
+						for i, p := range ins {
+							labels[i] = filepath.Base(p)
+						}
+						break
+					}
+					seen[l] = true
 				}
 			}
 			rep, err := scores.BuildReport(labels, files, c.Float64("top"))

@@ -72,6 +72,11 @@ type Options struct {
 	// Progress, when set, is called after each prompt with the prompts and
 	// tokens done so far (from one goroutine at a time).
 	Progress func(prompts int, tokens int64)
+	// ChunkSize > 0 calls OnChunk for each run of ChunkSize consecutive
+	// prompts (the last may be shorter) with that chunk's own raw profile:
+	// the within-task stability analysis of the paper's Fig 3.
+	ChunkSize int
+	OnChunk   func(chunk int, r *Result) error
 }
 
 // Result is a profile: raw sums and exact token counts.
@@ -163,6 +168,7 @@ func Run(m *runtime.Model, prompts [][]int, opt Options) (*Result, error) {
 		close(next)
 	}()
 	var firstErr error
+	var chunk *Result
 	for i := range slots {
 		d := &slots[i]
 		<-d.readySlot
@@ -177,6 +183,21 @@ func Run(m *runtime.Model, prompts [][]int, opt Options) (*Result, error) {
 			if d.cut > 0 {
 				res.Truncated++
 				res.CutTokens += int64(d.cut)
+			}
+			if opt.ChunkSize > 0 && opt.OnChunk != nil {
+				if chunk == nil {
+					chunk = &Result{Sums: NewAccumulator(c.Layers, c.Intermediate).Sums}
+				}
+				(&Accumulator{Sums: chunk.Sums}).Add(d.acc)
+				chunk.Prompts++
+				chunk.InputTokens += d.in
+				chunk.GeneratedTokens += d.gen
+				if chunk.Prompts == opt.ChunkSize || i == len(slots)-1 {
+					if err := opt.OnChunk(i/opt.ChunkSize, chunk); err != nil {
+						firstErr = err
+					}
+					chunk = nil
+				}
 			}
 			if opt.Progress != nil {
 				opt.Progress(res.Prompts, res.InputTokens+res.GeneratedTokens)
