@@ -1,0 +1,554 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
+	"golang.org/x/text/unicode/norm"
+)
+
+// This file holds the text-to-pieces half of encoding: the normalizers and
+// the pre-tokenizers of tokenizer.json, each a small function built once by
+// New from its JSON component (HF tokenizers crate: normalizers/*.rs,
+// pre_tokenizers/*.rs).
+
+// normalizer rewrites one segment of input text (the text between added
+// tokens), like a HF Normalizer applied to a NormalizedString.
+type normalizer func(string) string
+
+// piece is one pre-token: the text the model will see, and whether it
+// starts at offset 0 of the original input (Metaspace's "first" scheme
+// needs it).
+type piece struct {
+	text    string
+	atStart bool
+}
+
+// preTokenizer splits (and may rewrite) pieces, like a HF PreTokenizer on a
+// PreTokenizedString. Empty pieces are dropped, as HF drops empty splits.
+type preTokenizer func([]piece) []piece
+
+// component is the part of every tokenizer.json component object that names
+// its kind.
+type component struct {
+	Type string `json:"type"`
+}
+
+// pattern is the {"String": s} or {"Regex": r} object of Split and Replace.
+type pattern struct {
+	String *string `json:"String"`
+	Regex  *string `json:"Regex"`
+}
+
+// isNull reports whether a raw JSON value is absent or null.
+func isNull(raw json.RawMessage) bool {
+	s := bytes.TrimSpace(raw)
+	return len(s) == 0 || string(s) == "null"
+}
+
+// compileRegex compiles a tokenizer.json regex with regexp2 in its default
+// (.NET-like, backtracking) syntax, which has look-ahead, \p{..} classes and
+// inline (?i:..) groups like the Oniguruma engine HF uses. The backtracking
+// stack is unbounded so long inputs never fail to match.
+func compileRegex(expr string) (*regexp2.Regexp, error) {
+	return regexp2.Compile(expr, regexp2.None, regexp2.OptionMaxBacktrackingStackSize(-1))
+}
+
+// matcher returns the byte offsets of the matches of a pattern in s.
+type matcher func(s string) [][]int
+
+// compilePattern turns a pattern object into a matcher: a String pattern
+// matches literally (non-overlapping, left to right; an empty one never), a
+// Regex pattern with regexp2 (leftmost-first).
+func compilePattern(raw json.RawMessage, field string) (matcher, error) {
+	var p pattern
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, errf(field, "%v", err)
+	}
+	switch {
+	case p.String != nil:
+		lit := *p.String
+		return func(s string) [][]int {
+			if lit == "" {
+				return nil
+			}
+			var ms [][]int
+			for i := 0; ; {
+				j := strings.Index(s[i:], lit)
+				if j < 0 {
+					return ms
+				}
+				ms = append(ms, []int{i + j, i + j + len(lit)})
+				i += j + len(lit)
+			}
+		}, nil
+	case p.Regex != nil:
+		re, err := compileRegex(*p.Regex)
+		if err != nil {
+			return nil, errf(field+".Regex", "%v", err)
+		}
+		return func(s string) [][]int { return findAll(re, s) }, nil
+	}
+	return nil, errf(field, "want {\"String\": ...} or {\"Regex\": ...}")
+}
+
+// findAll returns the byte offsets of all leftmost-first matches of re in s.
+// A regexp2 failure (it has no time-out and an unbounded stack here, so none
+// is expected) counts as no match, so encoding never fails.
+func findAll(re *regexp2.Regexp, s string) [][]int {
+	m, err := re.FindAllStringIndex(s, -1)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// replaceAll replaces every match of m in s with content, taken literally
+// (HF Replace normalizer and decoder).
+func replaceAll(m matcher, s, content string) string {
+	ms := m(s)
+	if len(ms) == 0 {
+		return s
+	}
+	var b strings.Builder
+	prev := 0
+	for _, x := range ms {
+		b.WriteString(s[prev:x[0]])
+		b.WriteString(content)
+		prev = x[1]
+	}
+	b.WriteString(s[prev:])
+	return b.String()
+}
+
+// parseNormalizer builds the normalizer of a tokenizer.json "normalizer"
+// value; nil means none. Supported (HF normalizers): Sequence, NFC, NFD,
+// NFKC, NFKD, Prepend, Replace, Strip.
+func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, errf(field, "%v", err)
+	}
+	switch c.Type {
+	case "Sequence":
+		var seq struct {
+			Normalizers []json.RawMessage `json:"normalizers"`
+		}
+		if err := json.Unmarshal(raw, &seq); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		var steps []normalizer
+		for i, r := range seq.Normalizers {
+			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", field, i))
+			if err != nil {
+				return nil, err
+			}
+			if n != nil {
+				steps = append(steps, n)
+			}
+		}
+		return func(s string) string {
+			for _, n := range steps {
+				s = n(s)
+			}
+			return s
+		}, nil
+	case "NFC":
+		return norm.NFC.String, nil
+	case "NFD":
+		return norm.NFD.String, nil
+	case "NFKC":
+		return norm.NFKC.String, nil
+	case "NFKD":
+		return norm.NFKD.String, nil
+	case "Prepend":
+		var p struct {
+			Prepend string `json:"prepend"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		return func(s string) string {
+			if s == "" {
+				return s
+			}
+			return p.Prepend + s
+		}, nil
+	case "Replace":
+		var p struct {
+			Pattern json.RawMessage `json:"pattern"`
+			Content string          `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		m, err := compilePattern(p.Pattern, field+".pattern")
+		if err != nil {
+			return nil, err
+		}
+		return func(s string) string { return replaceAll(m, s, p.Content) }, nil
+	case "Strip":
+		var p struct {
+			Left  bool `json:"strip_left"`
+			Right bool `json:"strip_right"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		return func(s string) string {
+			if p.Left {
+				s = strings.TrimLeftFunc(s, unicode.IsSpace)
+			}
+			if p.Right {
+				s = strings.TrimRightFunc(s, unicode.IsSpace)
+			}
+			return s
+		}, nil
+	case "":
+		return nil, errf(field+".type", "missing")
+	}
+	return nil, errf(field+".type", "unsupported normalizer %q", c.Type)
+}
+
+// splitBehavior is HF's SplitDelimiterBehavior: what becomes of the matched
+// delimiters.
+type splitBehavior int
+
+const (
+	splitRemoved splitBehavior = iota
+	splitIsolated
+	splitMergedWithPrevious
+	splitMergedWithNext
+	splitContiguous
+)
+
+var splitBehaviors = map[string]splitBehavior{
+	"Removed":            splitRemoved,
+	"Isolated":           splitIsolated,
+	"MergedWithPrevious": splitMergedWithPrevious,
+	"MergedWithNext":     splitMergedWithNext,
+	"Contiguous":         splitContiguous,
+}
+
+// span is a byte range of a string and whether it is a match (delimiter).
+type span struct {
+	start, end int
+	match      bool
+}
+
+// splitByMatches cuts p at the given match offsets following behavior (HF
+// NormalizedString::split), dropping empty results. invert swaps which spans
+// count as delimiters (HF Split invert).
+func splitByMatches(p piece, matches [][]int, behavior splitBehavior, invert bool, out []piece) []piece {
+	s := p.text
+	if s == "" {
+		return out
+	}
+	// Spans covering s: matches and the gaps between them.
+	spans := make([]span, 0, 2*len(matches)+1)
+	prev := 0
+	for _, m := range matches {
+		if prev != m[0] {
+			spans = append(spans, span{prev, m[0], invert})
+		}
+		spans = append(spans, span{m[0], m[1], !invert})
+		prev = m[1]
+	}
+	if prev != len(s) {
+		spans = append(spans, span{prev, len(s), invert})
+	}
+	var cut []span // the resulting pieces; match marks one to remove
+	switch behavior {
+	case splitIsolated:
+		for _, sp := range spans {
+			cut = append(cut, span{sp.start, sp.end, false})
+		}
+	case splitRemoved:
+		cut = spans
+	case splitContiguous:
+		prevMatch := false
+		for _, sp := range spans {
+			if sp.match == prevMatch && len(cut) > 0 {
+				cut[len(cut)-1].end = sp.end
+			} else {
+				cut = append(cut, span{sp.start, sp.end, false})
+			}
+			prevMatch = sp.match
+		}
+	case splitMergedWithPrevious:
+		prevMatch := false
+		for _, sp := range spans {
+			if sp.match && !prevMatch && len(cut) > 0 {
+				cut[len(cut)-1].end = sp.end
+			} else {
+				cut = append(cut, span{sp.start, sp.end, false})
+			}
+			prevMatch = sp.match
+		}
+	case splitMergedWithNext:
+		prevMatch := false
+		for i := len(spans) - 1; i >= 0; i-- {
+			sp := spans[i]
+			if sp.match && !prevMatch && len(cut) > 0 {
+				cut[len(cut)-1].start = sp.start
+			} else {
+				cut = append(cut, span{sp.start, sp.end, false})
+			}
+			prevMatch = sp.match
+		}
+		for i, j := 0, len(cut)-1; i < j; i, j = i+1, j-1 {
+			cut[i], cut[j] = cut[j], cut[i]
+		}
+	}
+	for _, c := range cut {
+		if c.match || c.start == c.end {
+			continue
+		}
+		out = append(out, piece{text: s[c.start:c.end], atStart: p.atStart && c.start == 0})
+	}
+	return out
+}
+
+// gpt2Pattern is the split regex of ByteLevel with use_regex (GPT-2's
+// encoder.py pattern, as in HF pre_tokenizers/byte_level.rs).
+const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+
+// byteToRune is GPT-2's bytes_to_unicode table: every byte maps to a
+// printable character; printable Latin-1 bytes map to themselves, the rest to
+// U+0100 upwards in byte order. runeToByte is its inverse (-1: not a
+// byte-level character).
+var byteToRune, runeToByte = buildByteLevelTables()
+
+func buildByteLevelTables() ([256]rune, [0x144]int16) {
+	var b2r [256]rune
+	var r2b [0x144]int16
+	for i := range r2b {
+		r2b[i] = -1
+	}
+	n := rune(0)
+	for b := 0; b < 256; b++ {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			b2r[b] = rune(b)
+		} else {
+			b2r[b] = 256 + n
+			n++
+		}
+		r2b[b2r[b]] = int16(b)
+	}
+	return b2r, r2b
+}
+
+// byteLevelString maps every byte of s to its byte-level character.
+func byteLevelString(s string) string {
+	var b strings.Builder
+	b.Grow(2 * len(s))
+	for i := 0; i < len(s); i++ {
+		b.WriteRune(byteToRune[s[i]])
+	}
+	return b.String()
+}
+
+// byteLevelBytes inverts byteLevelString for one token: ok is false when a
+// character is not a byte-level character (HF then keeps the token's own
+// UTF-8 bytes).
+func byteLevelBytes(tok string, dst []byte) ([]byte, bool) {
+	n := len(dst)
+	for _, r := range tok {
+		if r < 0 || int(r) >= len(runeToByte) || runeToByte[r] < 0 {
+			return dst[:n], false
+		}
+		dst = append(dst, byte(runeToByte[r]))
+	}
+	return dst, true
+}
+
+// parsePreTokenizer builds the pre-tokenizer of a tokenizer.json
+// "pre_tokenizer" value; nil means none. Supported (HF pre_tokenizers):
+// Sequence, Split, ByteLevel, Metaspace, Digits.
+func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, errf(field, "%v", err)
+	}
+	switch c.Type {
+	case "Sequence":
+		var seq struct {
+			PreTokenizers []json.RawMessage `json:"pretokenizers"`
+		}
+		if err := json.Unmarshal(raw, &seq); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		var steps []preTokenizer
+		for i, r := range seq.PreTokenizers {
+			p, err := parsePreTokenizer(r, fmt.Sprintf("%s.pretokenizers[%d]", field, i))
+			if err != nil {
+				return nil, err
+			}
+			if p != nil {
+				steps = append(steps, p)
+			}
+		}
+		return func(ps []piece) []piece {
+			for _, p := range steps {
+				ps = p(ps)
+			}
+			return ps
+		}, nil
+	case "Split":
+		var p struct {
+			Pattern  json.RawMessage `json:"pattern"`
+			Behavior string          `json:"behavior"`
+			Invert   bool            `json:"invert"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		m, err := compilePattern(p.Pattern, field+".pattern")
+		if err != nil {
+			return nil, err
+		}
+		behavior, ok := splitBehaviors[p.Behavior]
+		if !ok {
+			return nil, errf(field+".behavior", "unsupported %q", p.Behavior)
+		}
+		return func(ps []piece) []piece {
+			out := make([]piece, 0, len(ps))
+			for _, pc := range ps {
+				out = splitByMatches(pc, m(pc.text), behavior, p.Invert, out)
+			}
+			return out
+		}, nil
+	case "ByteLevel":
+		p := struct {
+			AddPrefixSpace bool `json:"add_prefix_space"`
+			UseRegex       bool `json:"use_regex"`
+		}{UseRegex: true}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		var re *regexp2.Regexp
+		if p.UseRegex {
+			var err error
+			if re, err = compileRegex(gpt2Pattern); err != nil {
+				return nil, errf(field, "%v", err)
+			}
+		}
+		return func(ps []piece) []piece {
+			out := make([]piece, 0, len(ps))
+			for _, pc := range ps {
+				if p.AddPrefixSpace && !strings.HasPrefix(pc.text, " ") {
+					pc.text = " " + pc.text
+				}
+				n := len(out)
+				if re != nil {
+					out = splitByMatches(pc, findAll(re, pc.text), splitIsolated, false, out)
+				} else if pc.text != "" {
+					out = append(out, pc)
+				}
+				for i := n; i < len(out); i++ {
+					out[i].text = byteLevelString(out[i].text)
+				}
+			}
+			return out
+		}, nil
+	case "Metaspace":
+		p := struct {
+			Replacement    string `json:"replacement"`
+			PrependScheme  string `json:"prepend_scheme"`
+			Split          *bool  `json:"split"`
+			AddPrefixSpace *bool  `json:"add_prefix_space"`
+		}{Replacement: "▁", PrependScheme: "always"}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		scheme, err := metaspaceScheme(p.PrependScheme, p.AddPrefixSpace, field)
+		if err != nil {
+			return nil, err
+		}
+		if utf8.RuneCountInString(p.Replacement) != 1 {
+			return nil, errf(field+".replacement", "want one character, got %q", p.Replacement)
+		}
+		split := p.Split == nil || *p.Split
+		repl := p.Replacement
+		return func(ps []piece) []piece {
+			out := make([]piece, 0, len(ps))
+			for _, pc := range ps {
+				pc.text = strings.ReplaceAll(pc.text, " ", repl)
+				if scheme == "always" || (scheme == "first" && pc.atStart) {
+					if !strings.HasPrefix(pc.text, repl) {
+						pc.text = repl + pc.text
+					}
+				}
+				if !split {
+					if pc.text != "" {
+						out = append(out, pc)
+					}
+					continue
+				}
+				var ms [][]int
+				for i := 0; ; {
+					j := strings.Index(pc.text[i:], repl)
+					if j < 0 {
+						break
+					}
+					ms = append(ms, []int{i + j, i + j + len(repl)})
+					i += j + len(repl)
+				}
+				out = splitByMatches(pc, ms, splitMergedWithNext, false, out)
+			}
+			return out
+		}, nil
+	case "Digits":
+		var p struct {
+			Individual bool `json:"individual_digits"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, errf(field, "%v", err)
+		}
+		behavior := splitContiguous
+		if p.Individual {
+			behavior = splitIsolated
+		}
+		return func(ps []piece) []piece {
+			out := make([]piece, 0, len(ps))
+			for _, pc := range ps {
+				var ms [][]int
+				for i, r := range pc.text {
+					if unicode.IsNumber(r) {
+						ms = append(ms, []int{i, i + utf8.RuneLen(r)})
+					}
+				}
+				out = splitByMatches(pc, ms, behavior, false, out)
+			}
+			return out
+		}, nil
+	case "":
+		return nil, errf(field+".type", "missing")
+	}
+	return nil, errf(field+".type", "unsupported pre-tokenizer %q", c.Type)
+}
+
+// metaspaceScheme resolves Metaspace's prepend_scheme, with the legacy
+// add_prefix_space false meaning "never".
+func metaspaceScheme(scheme string, addPrefixSpace *bool, field string) (string, error) {
+	switch scheme {
+	case "always", "first", "never":
+	default:
+		return "", errf(field+".prepend_scheme", "unsupported %q", scheme)
+	}
+	if addPrefixSpace != nil && !*addPrefixSpace {
+		scheme = "never"
+	}
+	return scheme, nil
+}
