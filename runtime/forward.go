@@ -40,12 +40,11 @@ type Session struct {
 type buffers struct {
 	T                int       // token capacity of the batch buffers
 	x, xb, xb2       []float32 // [T, hidden]
-	q                []float32 // [T, heads·hd]
+	q, attnOut       []float32 // [T, heads·hd]
 	k, v             []float32 // [T, kv·hd]
 	att              []float32 // [ctx]
 	gate, up         []float32 // [T, N]
 	logits           []float32 // [T or 1, vocab]
-	cos, sin         []float32 // [hd/2] for one position
 	ropeCos, ropeSin []float32 // [ctx, hd/2]
 }
 
@@ -109,6 +108,7 @@ func (s *Session) ensure(T int) {
 	b.xb = make([]float32, T*c.Hidden)
 	b.xb2 = make([]float32, T*c.Hidden)
 	b.q = make([]float32, T*c.Heads*c.HeadDim)
+	b.attnOut = make([]float32, T*c.Heads*c.HeadDim)
 	b.k = make([]float32, T*c.KVHeads*c.HeadDim)
 	b.v = make([]float32, T*c.KVHeads*c.HeadDim)
 	b.gate = make([]float32, T*c.Intermediate)
@@ -201,10 +201,7 @@ func (s *Session) attention(i, T int) {
 	copy(s.vcache[i][s.pos*kvd:], v)
 
 	// out[t, h] = Σ_p softmax_p(q·k_p / √hd) v_p over p ≤ pos+t (causal).
-	out := b.xb2[:T*qd]
-	if qd > H {
-		out = make([]float32, T*qd) // only when heads·hd > hidden (rare)
-	}
+	out := b.attnOut[:T*qd]
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	group := c.Heads / c.KVHeads
 	kc, vc := s.kcache[i], s.vcache[i]
