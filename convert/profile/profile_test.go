@@ -155,3 +155,36 @@ func TestRunErrors(t *testing.T) {
 	_, err = profile.Run(m, [][]int{{1, 2}, {}}, profile.Options{})
 	require.ErrorContains(t, err, "prompt 1 is empty")
 }
+
+// TestChunks: per-chunk profiles cover consecutive prompts and add up to the
+// whole profile exactly in token counts and within 1e-12 in sums.
+func TestChunks(t *testing.T) {
+	ck, m, err := hf.Load(sharedtest.Path(t, "models", "stories260k"))
+	require.NoError(t, err)
+	defer ck.Close()
+	prompts := [][]int{{1, 5, 6}, {1, 7}, {1, 8, 9, 10}, {1, 11}, {1, 12, 13}}
+	var chunks []*profile.Result
+	var idx []int
+	res, err := profile.Run(m, prompts, profile.Options{MaxNewTokens: 2, Workers: 2, ChunkSize: 2, OnChunk: func(i int, r *profile.Result) error {
+		idx = append(idx, i)
+		chunks = append(chunks, r)
+		return nil
+	}})
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2}, idx)
+	require.Equal(t, []int{2, 2, 1}, []int{chunks[0].Prompts, chunks[1].Prompts, chunks[2].Prompts})
+	require.Equal(t, int64(3+2), chunks[0].InputTokens)
+	var in, gen int64
+	for _, c := range chunks {
+		in += c.InputTokens
+		gen += c.GeneratedTokens
+	}
+	require.Equal(t, res.InputTokens, in)
+	require.Equal(t, res.GeneratedTokens, gen)
+	for l := range res.Sums {
+		for n, want := range res.Sums[l] {
+			got := chunks[0].Sums[l][n] + chunks[1].Sums[l][n] + chunks[2].Sums[l][n]
+			require.InEpsilon(t, want, got, 1e-12)
+		}
+	}
+}
