@@ -10,7 +10,9 @@ import (
 )
 
 // DType is the element type of a stored tensor. All multi-byte values are
-// little-endian (spec/sinf.md §2).
+// little-endian (spec/sinf.md §2). The numeric values are the dtype codes of
+// the tensor directory (spec §5.1): they are part of the file format and must
+// never be renumbered.
 type DType uint8
 
 const (
@@ -150,4 +152,23 @@ func F32ToBF16(f float32) uint16 {
 	}
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
+}
+
+// MarshalText encodes d as its name, so the metadata key "dtype" reads "BF16".
+// It fails for an unknown dtype.
+func (d DType) MarshalText() ([]byte, error) {
+	if d.Size() == 0 {
+		return nil, fmt.Errorf("unknown dtype %v", d)
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText parses a dtype name as ParseDType does.
+func (d *DType) UnmarshalText(b []byte) error {
+	v, err := ParseDType(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
 }

@@ -1,0 +1,27 @@
+package format
+
+import "fmt"
+
+// Tensor names of the FFN of decoder layer i (spec/sinf.md §6). Every other
+// tensor keeps its HuggingFace name.
+
+// GateName returns "model.layers.i.mlp.gate_proj.weight": [N, hidden] in a
+// whole layer, [kept, hidden] in a sliced one.
+func GateName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.gate_proj.weight", i) }
+
+// UpName returns "model.layers.i.mlp.up_proj.weight": [N, hidden] in a whole
+// layer, [kept, hidden] in a sliced one.
+func UpName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.up_proj.weight", i) }
+
+// DownName returns "model.layers.i.mlp.down_proj.weight", HuggingFace's
+// [hidden, N] down projection, present only in whole (unsliced) layers.
+func DownName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.down_proj.weight", i) }
+
+// DownTName returns "model.layers.i.mlp.down_proj.weight_t", the transposed
+// down projection [kept, hidden] of a sliced layer: row j is column
+// neuron_index[j] of HuggingFace's down_proj.
+func DownTName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.down_proj.weight_t", i) }
+
+// IndexName returns "model.layers.i.mlp.neuron_index", the I32 [kept] index
+// map of a sliced layer: row j holds original neuron neuron_index[j].
+func IndexName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.neuron_index", i) }
