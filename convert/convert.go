@@ -178,7 +178,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		for j, n := range kept[l] {
 			binary.LittleEndian.PutUint32(idx[4*j:], uint32(n))
 		}
-		if err := w.AddTensor(fmt.Sprintf("model.layers.%d.mlp.neuron_index", l), format.I32, []int{len(kept[l])}, idx); err != nil {
+		if err := w.AddTensor(format.IndexName(l), format.I32, []int{len(kept[l])}, idx); err != nil {
 			return nil, err
 		}
 	}
