@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/eval"
+)
+
+func studyCommand() *cli.Command {
+	d := convert.DefaultOptions()
+	return &cli.Command{
+		Name:  "study",
+		Usage: "the paper's grid: convert the files, evaluate every method × task and the φ/γ/δ/layer sweeps; results.json, table.md, figures",
+		UsageText: "sinf study --model DIR --task-scores FILE --model-scores FILE [--tasks t1,t2] [--limit N]\n" +
+			"   [--first-layer F --last-layer L] [--data-dir DIR] [--no-sweeps] --out DIR",
+		Description: "Rows: Dense (the HF folder), γ-Dense (slim file, dense), SelectInfer (slim, selectinfer φ), CoreInfer (γ=1 file,\n" +
+			"coreinfer φ), CoreInfer + selective loading (slim, coreinfer), CoreInfer + random loading (random file, coreinfer).\n" +
+			"Sweeps on the first task: φ 0.2…0.7, γ 0.5…1.0 (Fig. 10), δ 0.1…0.4 (Fig. 9), layer ranges (Fig. 8).\n" +
+			"Each evaluation runs as a `sinf eval --json` subprocess, so its peak RSS is that process's own (VmHWM).\n" +
+			"Interrupted studies resume: results.json is updated after every run and finished runs are skipped.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
+			&cli.StringFlag{Name: "task-scores", Required: true, Usage: "task-level score file (for the slim files)"},
+			&cli.StringFlag{Name: "model-scores", Required: true, Usage: "model-level score file"},
+			&cli.StringFlag{Name: "tasks", Value: "tinystories", Usage: "comma-separated built-in tasks (the first one is swept)"},
+			&cli.IntFlag{Name: "limit", Value: 8, Usage: "examples per run (perplexity: windows; 0: all)"},
+			&cli.IntFlag{Name: "first-layer", Value: d.FirstLayer, Usage: "first sliced layer (default 5 … -2, or every layer when that is empty)"},
+			&cli.IntFlag{Name: "last-layer", Value: d.LastLayer, Usage: "end of the sliced range, exclusive (≤ 0: from the end)"},
+			&cli.Float64Flag{Name: "gamma", Value: d.Gamma, Usage: "gamma of the slim and random files"},
+			&cli.Float64Flag{Name: "delta", Value: d.Delta, Usage: "delta of the slim files"},
+			&cli.Float64Flag{Name: "phi", Value: 0.4, Usage: "phi of the sparse rows"},
+			&cli.Float64Flag{Name: "alpha", Value: 0.2, Usage: "alpha of the sparse rows"},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random-loading and γ=1 files"},
+			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
+			&cli.IntFlag{Name: "threads", Usage: "kernel threads per run (0: all CPUs)"},
+			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings)"},
+			&cli.BoolFlag{Name: "no-sweeps", Usage: "only the table rows"},
+			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "output folder (created; reused to resume)"},
+		},
+		Action: func(c *cli.Context) error {
+			var tasks []string
+			for _, t := range strings.Split(c.String("tasks"), ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					tasks = append(tasks, t)
+				}
+			}
+			if len(tasks) == 0 {
+				return errors.New("--tasks: give at least one task")
+			}
+			opt := eval.StudyOptions{
+				Model: c.String("model"), TaskScores: c.String("task-scores"), ModelScores: c.String("model-scores"),
+				Tasks: tasks, Limit: c.Int("limit"), DataDir: c.String("data-dir"), Out: c.String("out"),
+				FirstLayer: c.Int("first-layer"), LastLayer: c.Int("last-layer"),
+				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
+				Gamma:         c.Float64("gamma"), Delta: c.Float64("delta"), Phi: c.Float64("phi"), Alpha: c.Float64("alpha"),
+				Seed: c.Uint64("seed"), Threads: c.Int("threads"), Context: c.Int("context"),
+				NoSweeps: c.Bool("no-sweeps"), Log: c.App.ErrWriter,
+			}
+			if !c.Bool("in-process") {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("cannot find the sinf binary to run evaluations (use --in-process): %w", err)
+				}
+				opt.Runner = subprocessRunner(exe)
+			}
+			if _, err := eval.Study(opt); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "wrote %s/results.json, %s/table.md and the figures\n", opt.Out, opt.Out)
+			return nil
+		},
+	}
+}
+
+// subprocessRunner runs each evaluation as `exe eval ... --json --quiet`;
+// the peak RSS is the child's own VmHWM.
+func subprocessRunner(exe string) eval.Runner {
+	return func(path, task string, opt eval.Options) (*eval.Measured, error) {
+		f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+		sp := opt.Sparsity
+		args := []string{"eval", "--model", path, "--task", task, "--mode", sp.Mode.String(),
+			"--limit", strconv.Itoa(opt.Limit), "--data-dir", opt.DataDir,
+			"--threads", strconv.Itoa(opt.Threads), "--context", strconv.Itoa(opt.Context),
+			"--max-new-tokens", strconv.Itoa(opt.MaxNewTokens), "--window", strconv.Itoa(opt.Window),
+			"--stride", strconv.Itoa(opt.Stride), "--json", "--quiet"}
+		if sp.Phi > 0 {
+			args = append(args, "--phi", f(sp.Phi))
+		}
+		if sp.Alpha > 0 {
+			args = append(args, "--alpha", f(sp.Alpha))
+		}
+		cmd := exec.Command(exe, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			msg := strings.TrimSpace(stderr.String())
+			if msg == "" {
+				msg = err.Error()
+			}
+			return nil, errors.New(strings.TrimPrefix(msg, "sinf: "))
+		}
+		var rep eval.Report
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			return nil, fmt.Errorf("sinf eval output: %w", err)
+		}
+		res := &eval.Result{Task: rep.Task, Kind: rep.Kind, N: rep.N, Metrics: rep.Metrics, Seconds: rep.Seconds, PeakRSS: rep.PeakRSSBytes,
+			Tokens: rep.Tokens, Truncated: rep.Truncated, Context: rep.Context, KVBytes: rep.KVCacheBytes}
+		return &eval.Measured{Result: res, FileBytes: rep.FileBytes,
+			MemorySource: "measured per run: VmHWM of its own `sinf eval` process (Go runtime, dataset, mapped weights touched, KV cache, buffers)"}, nil
+	}
+}

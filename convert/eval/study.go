@@ -1,0 +1,673 @@
+package eval
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/dataset"
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/scores"
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime"
+)
+
+// Measured is what a Runner returns: the evaluation and how its memory was
+// measured.
+type Measured struct {
+	Result       *Result
+	FileBytes    int64
+	MemorySource string // how Result.PeakRSS was measured
+}
+
+// Runner evaluates task on the model at path (.sinf file or HF folder).
+type Runner func(path, task string, opt Options) (*Measured, error)
+
+// InProcess is the default Runner: it opens the model in this process and
+// calls Evaluate. Its peak RSS is this process's VmHWM, reset before the run
+// where Linux allows it (after returning freed heap to the system), so it
+// includes the process's baseline.
+func InProcess(path, task string, opt Options) (*Measured, error) {
+	debug.FreeOSMemory()
+	src := "in-process VmHWM (reset before the run; includes the process baseline)"
+	if !ResetPeakRSS() {
+		src = "in-process VmHWM (not resettable here: the process's peak so far)"
+	}
+	l, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	res, err := Evaluate(l.Model, l.Tok, task, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &Measured{Result: res, FileBytes: l.FileBytes, MemorySource: src}, nil
+}
+
+// StudyOptions configures Study. Zero values take the defaults noted.
+type StudyOptions struct {
+	Model                   string   // HF checkpoint folder (the dense row and the source of every file)
+	TaskScores, ModelScores string   // score files for the slim (selective-loading) files
+	Tasks                   []string // built-in tasks of the table (default: tinystories)
+	SweepTask               string   // task of the sweeps (default: Tasks[0])
+	NoSweeps                bool     // only the table
+	Limit                   int      // examples (perplexity: windows) per run (≤ 0: all)
+	DataDir                 string
+	Out                     string // output folder (created)
+	// FirstLayer, LastLayer: the sliced layer range (convert.ResolveRange).
+	// Without ExplicitRange the paper's default 5 … −2 is used when it is
+	// valid for the model, else every layer.
+	FirstLayer, LastLayer int
+	ExplicitRange         bool
+	Gamma, Delta          float64 // default 0.7, 0.3
+	Phi, Alpha            float64 // default 0.4, 0.2
+	Seed                  uint64  // of the random-loading and full files
+	Threads, Context      int     // per run (≤ 0: all CPUs, max_position_embeddings)
+	Runner                Runner  // nil: InProcess
+	Log                   io.Writer
+}
+
+// Sweep values (paper Fig. 10, 9).
+var (
+	PhiSweep   = []float64{0.2, 0.3, 0.4, 0.5, 0.6, 0.7}
+	GammaSweep = []float64{0.5, 0.6, 0.7, 0.8, 0.9, 1.0}
+	DeltaSweep = []float64{0.1, 0.2, 0.3, 0.4}
+)
+
+// Run groups.
+const (
+	GroupTable  = "table"
+	GroupPhi    = "fig10_phi"
+	GroupGamma  = "fig10_gamma"
+	GroupDelta  = "fig9_delta"
+	GroupLayers = "fig8_layers"
+)
+
+// File kinds.
+const (
+	FileHF     = "hf"     // the HF folder itself
+	FileSlim   = "slim"   // γ, δ from the score files
+	FileRandom = "random" // γ random neurons
+	FileFull   = "full"   // random with γ = 1: every neuron, the CoreInfer file
+)
+
+// Run is one evaluation of the study (an entry of results.json).
+type Run struct {
+	ID       string  `json:"id"`
+	Group    string  `json:"group"`
+	Row      string  `json:"row"`
+	Task     string  `json:"task"`
+	Kind     string  `json:"kind"`
+	Mode     string  `json:"mode"`
+	File     string  `json:"file"`
+	FileKind string  `json:"file_kind"`
+	Gamma    float64 `json:"gamma"`
+	Delta    float64 `json:"delta"`
+	// Phi is the fraction of N computed per decode step in sliced layers
+	// (dense: γ, 1 for the HF folder).
+	Phi        float64            `json:"phi"`
+	Alpha      float64            `json:"alpha"`
+	FirstLayer int                `json:"first_layer"` // sliced range [first, last); 0, 0 for the HF folder
+	LastLayer  int                `json:"last_layer"`
+	Limit      int                `json:"limit"`
+	Key        string             `json:"key"` // what determines the result; equal keys give equal results
+	N          int                `json:"n,omitempty"`
+	Metrics    map[string]float64 `json:"metrics,omitempty"`
+	Seconds    float64            `json:"seconds,omitempty"`
+	Context    int                `json:"context,omitempty"`
+	FileBytes  int64              `json:"file_bytes,omitempty"`
+	KVBytes    int64              `json:"kv_cache_bytes,omitempty"`
+	// PeakRSSBytes is the measured peak resident set size of the run (see
+	// MemorySource); PeakMemoryBytes the study's peak memory figure, the
+	// same measurement.
+	PeakRSSBytes    int64  `json:"peak_rss_bytes,omitempty"`
+	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty"`
+	MemorySource    string `json:"memory_source,omitempty"`
+	ReusedFrom      string `json:"reused_from,omitempty"`
+	Error           string `json:"error,omitempty"`
+	Finished        string `json:"finished,omitempty"`
+
+	fs fileSpec
+}
+
+// Results is results.json.
+type Results struct {
+	Model string `json:"model"`
+	Runs  []*Run `json:"runs"`
+}
+
+// fileSpec is a model file the runs need.
+type fileSpec struct {
+	kind         string
+	gamma, delta float64
+	lo, hi       int
+}
+
+func (f fileSpec) name() string {
+	switch f.kind {
+	case FileSlim:
+		return fmt.Sprintf("slim-g%.2f-d%.2f-L%d-%d.sinf", f.gamma, f.delta, f.lo, f.hi)
+	case FileRandom:
+		return fmt.Sprintf("random-g%.2f-L%d-%d.sinf", f.gamma, f.lo, f.hi)
+	case FileFull:
+		return fmt.Sprintf("full-L%d-%d.sinf", f.lo, f.hi)
+	}
+	return ""
+}
+
+// Study runs the paper's grid on one model and writes, into opt.Out, the
+// converted files it needs, results.json (after every run, atomically),
+// table.md and the figures fig10_phi.svg, fig10_gamma.svg, fig9_delta.svg
+// and fig8_layers.svg. It resumes: runs already in results.json with the
+// same key and no error are not run again, and files that exist, verify and
+// match their parameters (selection, source digest, score digests) are
+// reused; a file converted again drops the runs that used it.
+//
+// Rows of the table (each on every task): Dense (HF folder), γ-Dense (slim,
+// dense), SelectInfer (slim, selectinfer φ), CoreInfer (full, coreinfer φ),
+// CoreInfer + selective loading (slim, coreinfer φ), CoreInfer + random
+// loading (random, coreinfer φ). Sweeps (SelectInfer on SweepTask): φ (with
+// δ lowered to φ where δ > φ), γ, δ and a few layer ranges.
+func Study(opt StudyOptions) (*Results, error) {
+	s, err := newStudy(opt)
+	if err != nil {
+		return nil, err
+	}
+	return s.run()
+}
+
+type study struct {
+	opt      StudyOptions
+	cfg      runtime.Config
+	lo, hi   int
+	plan     []*Run
+	res      *Results
+	ensured  map[string]bool
+	ck       *hf.Checkpoint
+	digest   string
+	taskSc   *scores.File
+	modelSc  *scores.File
+	failures int
+}
+
+func (s *study) logf(format string, args ...any) {
+	if s.opt.Log != nil {
+		fmt.Fprintf(s.opt.Log, format+"\n", args...)
+	}
+}
+
+func newStudy(opt StudyOptions) (*study, error) {
+	if opt.Model == "" || opt.Out == "" {
+		return nil, errors.New("study: the model folder and the output folder are required")
+	}
+	if opt.TaskScores == "" || opt.ModelScores == "" {
+		return nil, errors.New("study: the task and model score files are required")
+	}
+	for _, p := range []string{opt.TaskScores, opt.ModelScores} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("study: score file: %w", err)
+		}
+	}
+	// Absolute paths: the run keys (and so resuming) do not depend on the
+	// working folder.
+	var err error
+	if opt.Model, err = filepath.Abs(opt.Model); err != nil {
+		return nil, err
+	}
+	if opt.Out, err = filepath.Abs(opt.Out); err != nil {
+		return nil, err
+	}
+	if len(opt.Tasks) == 0 {
+		opt.Tasks = []string{"tinystories"}
+	}
+	if opt.SweepTask == "" {
+		opt.SweepTask = opt.Tasks[0]
+	}
+	if opt.Gamma == 0 {
+		opt.Gamma = 0.7
+	}
+	if opt.Delta == 0 {
+		opt.Delta = 0.3
+	}
+	if opt.Phi == 0 {
+		opt.Phi = runtime.DefaultSparsity.Phi
+	}
+	if opt.Alpha == 0 {
+		opt.Alpha = runtime.DefaultSparsity.Alpha
+	}
+	if opt.Runner == nil {
+		opt.Runner = InProcess
+	}
+	seen := map[string]bool{}
+	for _, t := range append(append([]string(nil), opt.Tasks...), opt.SweepTask) {
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		if _, err := dataset.Lookup(t); err != nil {
+			return nil, err
+		}
+		paths, _ := dataset.Files(t, opt.DataDir)
+		for _, p := range paths {
+			if _, err := os.Stat(p); err != nil {
+				return nil, fmt.Errorf("dataset %s: data file: %w", t, err)
+			}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(opt.Model, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("study: %w", err)
+	}
+	cfg, err := runtime.ParseConfig(filepath.Join(opt.Model, "config.json"), b)
+	if err != nil {
+		return nil, err
+	}
+	s := &study{opt: opt, cfg: cfg, ensured: map[string]bool{}}
+	if opt.ExplicitRange {
+		if s.lo, s.hi, err = convert.ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, true); err != nil {
+			return nil, err
+		}
+	} else {
+		d := convert.DefaultOptions()
+		if s.lo, s.hi, err = convert.ResolveRange(d.FirstLayer, d.LastLayer, cfg.Layers, false); err != nil {
+			s.lo, s.hi = 0, cfg.Layers
+		}
+	}
+	if !(opt.Phi <= opt.Gamma && opt.Delta <= opt.Phi) {
+		return nil, fmt.Errorf("study: need delta %g ≤ phi %g ≤ gamma %g", opt.Delta, opt.Phi, opt.Gamma)
+	}
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return nil, err
+	}
+	s.buildPlan()
+	return s, nil
+}
+
+func (s *study) add(group, row, id, task string, mode runtime.Mode, fs fileSpec, phi float64) {
+	o := s.opt
+	t, _ := dataset.Lookup(task)
+	r := &Run{ID: group + "/" + id + "/" + task, Group: group, Row: row, Task: task, Kind: t.Kind, Mode: mode.String(),
+		FileKind: fs.kind, Gamma: fs.gamma, Delta: fs.delta, Phi: phi, FirstLayer: fs.lo, LastLayer: fs.hi,
+		Limit: o.Limit, fs: fs}
+	if mode != runtime.Dense {
+		r.Alpha = o.Alpha
+	}
+	if fs.kind == FileHF {
+		r.File = o.Model
+	} else {
+		r.File = filepath.Join(o.Out, fs.name())
+	}
+	r.Key = fmt.Sprintf("file=%s mode=%s phi=%g alpha=%g task=%s limit=%d context=%d", r.File, r.Mode, r.Phi, r.Alpha, task, o.Limit, o.Context)
+	s.plan = append(s.plan, r)
+}
+
+// Table rows in order: id, label.
+var tableRows = []struct{ id, label string }{
+	{"dense", "Dense"},
+	{"gamma-dense", "γ-Dense"},
+	{"selectinfer", "SelectInfer"},
+	{"coreinfer", "CoreInfer"},
+	{"coreinfer-selective", "CoreInfer + selective loading"},
+	{"coreinfer-random", "CoreInfer + random loading"},
+}
+
+func (s *study) buildPlan() {
+	o := s.opt
+	slim := fileSpec{kind: FileSlim, gamma: o.Gamma, delta: o.Delta, lo: s.lo, hi: s.hi}
+	random := fileSpec{kind: FileRandom, gamma: o.Gamma, delta: o.Delta, lo: s.lo, hi: s.hi}
+	full := fileSpec{kind: FileFull, gamma: 1, delta: o.Delta, lo: s.lo, hi: s.hi}
+	hfs := fileSpec{kind: FileHF, gamma: 1}
+	for _, task := range o.Tasks {
+		s.add(GroupTable, tableRows[0].label, tableRows[0].id, task, runtime.Dense, hfs, 1)
+		s.add(GroupTable, tableRows[1].label, tableRows[1].id, task, runtime.Dense, slim, o.Gamma)
+		s.add(GroupTable, tableRows[2].label, tableRows[2].id, task, runtime.SelectInfer, slim, o.Phi)
+		s.add(GroupTable, tableRows[3].label, tableRows[3].id, task, runtime.CoreInfer, full, o.Phi)
+		s.add(GroupTable, tableRows[4].label, tableRows[4].id, task, runtime.CoreInfer, slim, o.Phi)
+		s.add(GroupTable, tableRows[5].label, tableRows[5].id, task, runtime.CoreInfer, random, o.Phi)
+	}
+	if o.NoSweeps {
+		return
+	}
+	task := o.SweepTask
+	if !contains(o.Tasks, task) {
+		s.add(GroupTable, tableRows[0].label, tableRows[0].id, task, runtime.Dense, hfs, 1)
+	}
+	for _, phi := range PhiSweep {
+		if phi > o.Gamma {
+			continue
+		}
+		fs := slim
+		fs.delta = math.Min(o.Delta, phi)
+		s.add(GroupPhi, "φ="+ftoa(phi), "phi="+ftoa(phi), task, runtime.SelectInfer, fs, phi)
+	}
+	for _, g := range GammaSweep {
+		if g < o.Phi || g < o.Delta {
+			continue
+		}
+		fs := slim
+		fs.gamma = g
+		s.add(GroupGamma, "γ="+ftoa(g), "gamma="+ftoa(g), task, runtime.SelectInfer, fs, o.Phi)
+	}
+	for _, d := range DeltaSweep {
+		if d > o.Phi {
+			continue
+		}
+		fs := slim
+		fs.delta = d
+		s.add(GroupDelta, "δ="+ftoa(d), "delta="+ftoa(d), task, runtime.SelectInfer, fs, o.Phi)
+	}
+	for _, r := range LayerRanges(s.cfg.Layers, s.lo, s.hi) {
+		fs := slim
+		fs.lo, fs.hi = r[0], r[1]
+		label := fmt.Sprintf("[%d, %d)", r[0], r[1])
+		s.add(GroupLayers, label, fmt.Sprintf("L%d-%d", r[0], r[1]), task, runtime.SelectInfer, fs, o.Phi)
+	}
+}
+
+// LayerRanges returns the layer ranges of the Fig. 8 sweep for a model of L
+// layers: the study's range [lo, hi), every layer, the first and the second
+// half, and (L ≥ 4) all but the first and last layer; without duplicates,
+// sorted by start then end.
+func LayerRanges(L, lo, hi int) [][2]int {
+	cands := [][2]int{{lo, hi}, {0, L}, {0, (L + 1) / 2}, {L / 2, L}}
+	if L >= 4 {
+		cands = append(cands, [2]int{1, L - 1})
+	}
+	var out [][2]int
+	for _, c := range cands {
+		if c[0] < 0 || c[1] > L || c[0] >= c[1] {
+			continue
+		}
+		dup := false
+		for _, o := range out {
+			dup = dup || o == c
+		}
+		if !dup {
+			out = append(out, c)
+		}
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && (out[j][0] < out[j-1][0] || out[j][0] == out[j-1][0] && out[j][1] < out[j-1][1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func (s *study) resultsPath() string { return filepath.Join(s.opt.Out, "results.json") }
+
+func (s *study) load() error {
+	s.res = &Results{Model: s.opt.Model}
+	b, err := os.ReadFile(s.resultsPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, s.res); err != nil {
+		return fmt.Errorf("%s: %w (move it away to start afresh)", s.resultsPath(), err)
+	}
+	s.res.Model = s.opt.Model
+	return nil
+}
+
+func (s *study) save() error {
+	b, err := json.MarshalIndent(s.res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteAtomic(s.resultsPath(), append(b, '\n'))
+}
+
+// WriteAtomic writes data to path through a temporary file in the same
+// folder renamed into place.
+func WriteAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	if _, err = tmp.Write(data); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(name, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(name, path)
+	}
+	if err != nil {
+		os.Remove(name)
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// find returns the stored run with this id, or nil.
+func (s *study) find(id string) (int, *Run) {
+	for i, r := range s.res.Runs {
+		if r.ID == id {
+			return i, r
+		}
+	}
+	return -1, nil
+}
+
+func (s *study) put(r *Run) {
+	if i, _ := s.find(r.ID); i >= 0 {
+		s.res.Runs[i] = r
+		return
+	}
+	s.res.Runs = append(s.res.Runs, r)
+}
+
+func finished(r *Run) bool { return r != nil && r.Error == "" && r.Metrics != nil }
+
+func (s *study) run() (*Results, error) {
+	defer func() {
+		if s.ck != nil {
+			s.ck.Close()
+		}
+	}()
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	todo := 0
+	for _, p := range s.plan {
+		if _, r := s.find(p.ID); !(finished(r) && r.Key == p.Key) {
+			todo++
+		}
+	}
+	s.logf("study: %d runs planned, %d to do, results in %s", len(s.plan), todo, s.resultsPath())
+	done := 0
+	for _, p := range s.plan {
+		if _, r := s.find(p.ID); finished(r) && r.Key == p.Key {
+			continue
+		}
+		done++
+		if err := s.execute(p, done, todo); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.writeReport(); err != nil {
+		return nil, err
+	}
+	if s.failures > 0 {
+		return s.res, fmt.Errorf("study: %d runs failed (their errors are in %s); the table leaves them out", s.failures, s.resultsPath())
+	}
+	return s.res, nil
+}
+
+// execute runs p (or copies an equal finished run) and saves the results.
+func (s *study) execute(p *Run, n, total int) error {
+	r := *p
+	for _, o := range s.res.Runs {
+		if o.ID != p.ID && o.Key == p.Key && finished(o) && o.ReusedFrom == "" {
+			copyResult(&r, o)
+			r.ReusedFrom = o.ID
+			s.logf("[%d/%d] %s: same configuration as %s, reused", n, total, r.ID, o.ID)
+			s.put(&r)
+			return s.save()
+		}
+	}
+	if err := s.ensure(p.fs); err != nil {
+		return err
+	}
+	sp := runtime.Sparsity{Phi: p.Phi, Alpha: s.opt.Alpha}
+	sp.Mode, _ = runtime.ParseMode(p.Mode)
+	opt := Options{DataDir: s.opt.DataDir, Limit: s.opt.Limit, Sparsity: sp, Threads: s.opt.Threads, Context: s.opt.Context}
+	start := time.Now()
+	m, err := s.opt.Runner(p.File, p.Task, opt)
+	if err != nil {
+		r.Error = err.Error()
+		s.failures++
+		s.logf("[%d/%d] %s: FAILED: %v", n, total, r.ID, err)
+	} else {
+		res := m.Result
+		r.N, r.Metrics, r.Seconds, r.Context = res.N, res.Metrics, res.Seconds, res.Context
+		r.FileBytes, r.KVBytes = m.FileBytes, res.KVBytes
+		r.PeakRSSBytes, r.PeakMemoryBytes, r.MemorySource = res.PeakRSS, res.PeakRSS, m.MemorySource
+		key, _ := PrimaryMetric(res.Kind)
+		s.logf("[%d/%d] %s: %s %.4g (n=%d, %.1f s)", n, total, r.ID, key, res.Metrics[key], res.N, time.Since(start).Seconds())
+	}
+	r.Finished = time.Now().UTC().Format(time.RFC3339)
+	s.put(&r)
+	return s.save()
+}
+
+func copyResult(dst, src *Run) {
+	dst.N, dst.Metrics, dst.Seconds, dst.Context = src.N, src.Metrics, src.Seconds, src.Context
+	dst.FileBytes, dst.KVBytes = src.FileBytes, src.KVBytes
+	dst.PeakRSSBytes, dst.PeakMemoryBytes, dst.MemorySource = src.PeakRSSBytes, src.PeakMemoryBytes, src.MemorySource
+	dst.Finished = src.Finished
+}
+
+// ensure makes sure the file of fs exists and matches, converting it if not.
+func (s *study) ensure(fs fileSpec) error {
+	if fs.kind == FileHF {
+		return nil
+	}
+	path := filepath.Join(s.opt.Out, fs.name())
+	if s.ensured[path] {
+		return nil
+	}
+	if s.ck == nil {
+		ck, err := hf.Open(s.opt.Model)
+		if err != nil {
+			return err
+		}
+		s.ck, s.digest = ck, "sha256:"+ck.Digest()
+	}
+	if _, err := os.Stat(path); err == nil {
+		why := s.check(path, fs)
+		if why == "" {
+			s.logf("reusing %s", path)
+			s.ensured[path] = true
+			return nil
+		}
+		s.logf("converting %s again: %s", path, why)
+		// Results computed on the old file are stale.
+		kept := s.res.Runs[:0]
+		for _, r := range s.res.Runs {
+			if r.File != path {
+				kept = append(kept, r)
+			}
+		}
+		s.res.Runs = kept
+	}
+	opt := convert.Options{Gamma: fs.gamma, Delta: fs.delta, FirstLayer: fs.lo, LastLayer: fs.hi, ExplicitRange: true,
+		Random: fs.kind != FileSlim, Seed: s.opt.Seed}
+	if fs.kind == FileSlim {
+		if err := s.readScores(); err != nil {
+			return err
+		}
+		opt.TaskScores, opt.ModelScores = s.taskSc, s.modelSc
+		opt.TaskScoresPath, opt.ModelScoresPath = s.opt.TaskScores, s.opt.ModelScores
+	}
+	start := time.Now()
+	rep, err := convert.Convert(s.ck, path, opt)
+	if err != nil {
+		return fmt.Errorf("study: converting %s: %w", path, err)
+	}
+	s.logf("converted %s (%d bytes, %.1f s)", path, rep.Bytes, time.Since(start).Seconds())
+	s.ensured[path] = true
+	return nil
+}
+
+func (s *study) readScores() error {
+	if s.taskSc != nil {
+		return nil
+	}
+	var err error
+	if s.taskSc, err = scores.Read(s.opt.TaskScores); err != nil {
+		return err
+	}
+	if s.modelSc, err = scores.Read(s.opt.ModelScores); err != nil {
+		s.taskSc = nil
+		return err
+	}
+	return nil
+}
+
+// check returns why the existing file at path cannot be reused ("" if it can).
+func (s *study) check(path string, fs fileSpec) string {
+	f, err := format.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if err := f.Verify(); err != nil {
+		return err.Error()
+	}
+	meta := f.Metadata()
+	sel := meta.Selection
+	switch {
+	case sel == nil:
+		return "no selection"
+	case sel.Gamma != fs.gamma || sel.Delta != fs.delta || sel.FirstLayer != fs.lo || sel.LastLayer != fs.hi:
+		return "another selection"
+	case sel.Random != (fs.kind != FileSlim) || (sel.Random && sel.Seed != int64(s.opt.Seed)):
+		return "another neuron choice"
+	case meta.Provenance.SourceDigest != s.digest:
+		return "converted from another checkpoint"
+	}
+	if fs.kind == FileSlim {
+		for _, c := range []struct {
+			ref  *format.ScoresRef
+			path string
+		}{{meta.Provenance.TaskScores, s.opt.TaskScores}, {meta.Provenance.ModelScores, s.opt.ModelScores}} {
+			d, err := format.DigestFiles(c.path)
+			if err != nil {
+				return err.Error()
+			}
+			if c.ref == nil || c.ref.Digest != d {
+				return "made from other score files"
+			}
+		}
+	}
+	return ""
+}

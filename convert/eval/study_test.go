@@ -1,0 +1,215 @@
+package eval_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/dataset"
+	"github.com/selectinfer/sinf/convert/eval"
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/profile"
+	"github.com/selectinfer/sinf/convert/scores"
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
+)
+
+// writeScores profiles a few prompts of task and writes a raw score file.
+func writeScores(t *testing.T, dir, model, data, task string) string {
+	t.Helper()
+	ck, m, err := hf.Load(model)
+	require.NoError(t, err)
+	defer ck.Close()
+	tok, err := tokenizer.Load(model)
+	require.NoError(t, err)
+	_, ex, err := dataset.Load(task, data, 6)
+	require.NoError(t, err)
+	var prompts [][]int
+	for _, e := range ex {
+		prompts = append(prompts, tok.Encode(e.Prompt, true))
+	}
+	res, err := profile.Run(m, prompts, profile.Options{MaxNewTokens: 4, Threads: threads, BOS: tok.BOS()})
+	require.NoError(t, err)
+	f := &scores.File{ModelDigest: scores.ModelDigest(ck.ConfigJSON, convert.FFNShapes(ck)), Task: task, Dataset: task,
+		Prompts: res.Prompts, InputTokens: res.InputTokens, GeneratedTokens: res.GeneratedTokens, Scores: res.Sums}
+	path := filepath.Join(dir, task+".scores")
+	require.NoError(t, scores.Write(path, f))
+	return path
+}
+
+// counter wraps InProcess and records what it ran.
+type counter struct {
+	mu   sync.Mutex
+	runs []string
+}
+
+func (c *counter) run(path, task string, opt eval.Options) (*eval.Measured, error) {
+	c.mu.Lock()
+	c.runs = append(c.runs, filepath.Base(path)+" "+task+" "+opt.Sparsity.Mode.String())
+	c.mu.Unlock()
+	return eval.InProcess(path, task, opt)
+}
+
+func readResults(t *testing.T, out string) *eval.Results {
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	var r eval.Results
+	require.NoError(t, json.Unmarshal(b, &r))
+	return &r
+}
+
+func TestStudy(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	data := sharedtest.Path(t, "data")
+	dir := t.TempDir()
+	taskScores := writeScores(t, dir, model, data, "tinystories")
+	modelScores := writeScores(t, dir, model, data, "xsum")
+	out := filepath.Join(dir, "study")
+	c := &counter{}
+	opt := eval.StudyOptions{Model: model, TaskScores: taskScores, ModelScores: modelScores,
+		Tasks: []string{"tinystories", "squad_v2"}, Limit: 2, DataDir: data, Out: out, Threads: threads,
+		Context: 128, Runner: c.run}
+	start := time.Now()
+	res, err := eval.Study(opt)
+	require.NoError(t, err)
+	t.Logf("first study: %d runs executed in %.1f s", len(c.runs), time.Since(start).Seconds())
+
+	// Every planned run finished; the 2-layer model falls back to every
+	// layer as its range; the files were converted.
+	ids := map[string]*eval.Run{}
+	for _, r := range res.Runs {
+		require.Empty(t, r.Error, r.ID)
+		require.NotEmpty(t, r.Metrics, r.ID)
+		ids[r.ID] = r
+	}
+	for _, row := range []string{"dense", "gamma-dense", "selectinfer", "coreinfer", "coreinfer-selective", "coreinfer-random"} {
+		for _, task := range opt.Tasks {
+			require.Contains(t, ids, "table/"+row+"/"+task)
+		}
+	}
+	for _, id := range []string{"fig10_phi/phi=0.2/tinystories", "fig10_phi/phi=0.7/tinystories", "fig10_gamma/gamma=1/tinystories",
+		"fig9_delta/delta=0.1/tinystories", "fig8_layers/L0-1/tinystories", "fig8_layers/L1-2/tinystories", "fig8_layers/L0-2/tinystories"} {
+		require.Contains(t, ids, id)
+	}
+	si := ids["table/selectinfer/tinystories"]
+	assert.Equal(t, []any{0, 2, 0.7, 0.3, 0.4, "selectinfer"}, []any{si.FirstLayer, si.LastLayer, si.Gamma, si.Delta, si.Phi, si.Mode})
+	assert.Equal(t, 0.2, ids["fig10_phi/phi=0.2/tinystories"].Delta, "δ lowered to φ")
+	assert.Equal(t, "table/selectinfer/tinystories", ids["fig10_phi/phi=0.4/tinystories"].ReusedFrom, "an equal configuration is not run twice")
+	for _, f := range []string{"results.json", "table.md", "fig10_phi.svg", "fig10_gamma.svg", "fig9_delta.svg", "fig8_layers.svg",
+		"slim-g0.70-d0.30-L0-2.sinf", "random-g0.70-L0-2.sinf", "full-L0-2.sinf"} {
+		st, err := os.Stat(filepath.Join(out, f))
+		require.NoError(t, err, f)
+		assert.Positive(t, st.Size(), f)
+	}
+	table, err := os.ReadFile(filepath.Join(out, "table.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(table), "| SelectInfer (γ=0.7, δ=0.3, φ=0.4) |")
+	assert.Contains(t, string(table), "tinystories (PPL ↓)")
+	assert.Contains(t, string(table), "squad_v2 (EM / F1)")
+	assert.NotContains(t, string(table), "| – |")
+	t.Logf("table.md:\n%s", table)
+
+	// The dense row is Evaluate on the HF folder, exactly.
+	l, err := eval.Open(model)
+	require.NoError(t, err)
+	defer l.Close()
+	for _, task := range opt.Tasks {
+		want, err := eval.Evaluate(l.Model, l.Tok, task, eval.Options{DataDir: data, Limit: 2, Threads: threads, Context: 128})
+		require.NoError(t, err)
+		assert.Equal(t, want.Metrics, ids["table/dense/"+task].Metrics, task)
+	}
+	// Slower sparse rows differ from dense on perplexity.
+	assert.NotEqual(t, ids["table/dense/tinystories"].Metrics, ids["table/coreinfer-random/tinystories"].Metrics)
+
+	// Resume: nothing left to do, nothing converted again.
+	slim := filepath.Join(out, "slim-g0.70-d0.30-L0-2.sinf")
+	before, err := os.Stat(slim)
+	require.NoError(t, err)
+	c.runs = nil
+	_, err = eval.Study(opt)
+	require.NoError(t, err)
+	assert.Empty(t, c.runs)
+	after, err := os.Stat(slim)
+	require.NoError(t, err)
+	assert.Equal(t, before.ModTime(), after.ModTime())
+
+	// Resume after removing one run from results.json: only it runs again.
+	r := readResults(t, out)
+	kept := r.Runs[:0]
+	for _, run := range r.Runs {
+		if run.ID != "table/coreinfer-random/squad_v2" {
+			kept = append(kept, run)
+		}
+	}
+	require.Len(t, kept, len(r.Runs)-1)
+	r.Runs = kept
+	b, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(out, "results.json"), b, 0o644))
+	c.runs = nil
+	res2, err := eval.Study(opt)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"random-g0.70-L0-2.sinf squad_v2 coreinfer"}, c.runs)
+	assert.Len(t, res2.Runs, len(res.Runs))
+
+	// A changed limit makes every run stale.
+	c.runs = nil
+	opt.Limit, opt.NoSweeps, opt.Tasks = 1, true, []string{"tinystories"}
+	_, err = eval.Study(opt)
+	require.NoError(t, err)
+	assert.Len(t, c.runs, 6)
+
+	// A damaged file is converted again when runs need it.
+	require.NoError(t, os.WriteFile(slim, []byte("not a sinf file"), 0o644))
+	c.runs = nil
+	opt.Limit = 2
+	_, err = eval.Study(opt)
+	require.NoError(t, err)
+	assert.Len(t, c.runs, 6, strings.Join(c.runs, "; "))
+	f, err := format.Open(slim)
+	require.NoError(t, err)
+	assert.NoError(t, f.Verify())
+	f.Close()
+}
+
+func TestStudyBadInput(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	data := sharedtest.Path(t, "data")
+	dir := t.TempDir()
+	sc := filepath.Join(dir, "x.scores")
+	require.NoError(t, os.WriteFile(sc, nil, 0o644))
+	base := eval.StudyOptions{Model: model, TaskScores: sc, ModelScores: sc, DataDir: data, Out: filepath.Join(dir, "out")}
+
+	o := base
+	o.Tasks = []string{"tinystories", "nope"}
+	_, err := eval.Study(o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown task "nope"`)
+
+	o = base
+	o.Tasks, o.DataDir = []string{"xsum"}, dir
+	_, err = eval.Study(o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), filepath.Join(dir, "xsum", "test-sample.jsonl"))
+
+	o = base
+	o.TaskScores = filepath.Join(dir, "missing.scores")
+	_, err = eval.Study(o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "missing.scores")
+
+	o = base
+	o.FirstLayer, o.LastLayer, o.ExplicitRange = 3, 5, true
+	_, err = eval.Study(o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "layer range")
+}
