@@ -1,37 +1,100 @@
 package kernels
 
+import (
+	"fmt"
+	"unsafe"
+)
+
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
 // Shapes: dst [w.Rows], x [w.Cols]. Rows are split across the pool's workers.
 func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
-	p.run(job{op: opMatVec, w: w, dst: dst, x: x}, w.Rows)
+	checkMat(w)
+	checkLen("MatVec x", x, w.Cols)
+	checkLen("MatVec dst", dst, w.Rows)
+	p.run(job{op: opMatVec, ks: active, w: w, dst: dst, x: x}, w.Rows)
 }
 
 // MatVecRows computes dst[j] = W[rows[j],:]·x for j < len(rows): the gathered
 // form for the selected neuron rows of gate_proj / up_proj (paper §5).
 // Shapes: dst [len(rows)], x [w.Cols]; rows index [0, w.Rows).
 func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
-	p.run(job{op: opMatVecRows, w: w, dst: dst, x: x, rows: rows}, len(rows))
+	checkMat(w)
+	checkLen("MatVecRows x", x, w.Cols)
+	checkLen("MatVecRows dst", dst, len(rows))
+	p.run(job{op: opMatVecRows, ks: active, w: w, dst: dst, x: x, rows: rows}, len(rows))
 }
 
 // AddRows computes dst[c] += Σ_j a[j]·W[rows[j],c]: the neuron-row form of the
 // transposed down_proj ([kept, hidden], spec/sinf.md) over selected neurons.
 // rows nil means rows 0..len(a)-1. Shapes: dst [w.Cols], a [len(rows)].
-// Columns are split across workers, so each worker writes its own slice of dst.
+// With several workers the terms are split across them, each summing its
+// share into a private buffer, and the partial sums are then added to dst (so
+// each worker streams whole rows). Terms with a[j] == 0 are skipped.
 func AddRows(p *Pool, dst []float32, w Mat, rows []int32, a []float32) {
-	p.run(job{op: opAddRows, w: w, dst: dst, x: a, rows: rows}, w.Cols)
+	checkMat(w)
+	checkLen("AddRows dst", dst, w.Cols)
+	n := len(a)
+	if rows == nil {
+		if len(a) > w.Rows {
+			panic(fmt.Sprintf("kernels: AddRows: %d coefficients for %d rows", len(a), w.Rows))
+		}
+	} else {
+		checkLen("AddRows a", a, len(rows))
+		n = len(rows)
+	}
+	ks := active
+	if p.workers == 1 || n < minSplitTerms || w.Cols == 0 {
+		p.run(job{op: opAddRows, ks: ks, w: w, dst: dst, x: a[:n], rows: rows}, w.Cols)
+		return
+	}
+	parts := p.run(job{op: opAddRowsPart, ks: ks, w: w, x: a[:n], rows: rows}, n)
+	C := w.Cols
+	nb := C &^ (ks.blk - 1)
+	for i := 0; i < parts; i++ {
+		acc := p.scratch[i].acc[:C]
+		if nb > 0 {
+			ks.axpy1[0](&dst[0], unsafe.Pointer(&acc[0]), 1, nb)
+		}
+		for c := nb; c < C; c++ {
+			dst[c] += acc[c]
+		}
+	}
 }
+
+// minSplitTerms is the fewest AddRows terms split across workers; fewer are
+// split by columns.
+const minSplitTerms = 32
 
 // MatMul computes dst[t,r] = Σ_c W[r,c]·X[t,c] for t < T: the prefill form of
 // MatVec. Shapes: x [T, w.Cols], dst [T, w.Rows], both row-major.
 func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
-	p.run(job{op: opMatMul, w: w, dst: dst, x: x, t: T}, w.Rows)
+	checkMat(w)
+	checkLen("MatMul x", x, T*w.Cols)
+	checkLen("MatMul dst", dst, T*w.Rows)
+	p.run(job{op: opMatMul, ks: active, w: w, dst: dst, x: x, t: T}, w.Rows)
 }
 
 // MatMulRowsT computes dst[t,c] = Σ_k A[t,k]·W[k,c] for t < T, with W = w
 // of shape [K, C] (the transposed down_proj) and A [T, K] row-major; dst [T, C].
 // It overwrites dst.
 func MatMulRowsT(p *Pool, dst []float32, w Mat, a []float32, T int) {
-	p.run(job{op: opMatMulT, w: w, dst: dst, x: a, t: T}, w.Cols)
+	checkMat(w)
+	checkLen("MatMulRowsT a", a, T*w.Rows)
+	checkLen("MatMulRowsT dst", dst, T*w.Cols)
+	p.run(job{op: opMatMulT, ks: active, w: w, dst: dst, x: a, t: T}, w.Cols)
+}
+
+func checkMat(w Mat) {
+	if w.Rows < 0 || w.Cols < 0 || len(w.Data) < w.Rows*w.RowBytes() {
+		panic(fmt.Sprintf("kernels: %d bytes do not hold a [%d, %d] %v matrix", len(w.Data), w.Rows, w.Cols, w.DType))
+	}
+	dtIndex(w.DType)
+}
+
+func checkLen(what string, s []float32, n int) {
+	if len(s) < n {
+		panic(fmt.Sprintf("kernels: %s has %d elements, want %d", what, len(s), n))
+	}
 }
 
 const (
@@ -40,12 +103,15 @@ const (
 	opAddRows
 	opMatMul
 	opMatMulT
+	opRead
+	opAddRowsPart
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
 // parallel dimension. Passing it by value keeps dispatch allocation-free.
 type job struct {
 	op   int
+	ks   *kernelSet
 	w    Mat
 	dst  []float32
 	x    []float32
@@ -54,55 +120,344 @@ type job struct {
 }
 
 // do runs the part [lo, hi) of the job's parallel dimension.
-func (j *job) do(lo, hi int) {
-	w := j.w
+func (j *job) do(lo, hi int, s *scratch) {
+	if lo >= hi {
+		return
+	}
 	switch j.op {
 	case opMatVec:
-		for r := lo; r < hi; r++ {
-			j.dst[r] = w.dotRow(r, j.x)
-		}
+		matVecRange(j.ks, j.dst, j.w, nil, j.x, lo, hi)
 	case opMatVecRows:
-		for k := lo; k < hi; k++ {
-			j.dst[k] = w.dotRow(int(j.rows[k]), j.x)
+		matVecRange(j.ks, j.dst, j.w, j.rows, j.x, lo, hi)
+	case opAddRows: // [lo, hi) are columns
+		w := j.w
+		es := w.DType.Size()
+		accumRows(j.ks, dtIndex(w.DType), es, j.dst[lo:hi],
+			unsafe.Add(dataPtr(w), lo*es), w.RowBytes(), w.Rows, j.rows, j.x, true)
+	case opAddRowsPart: // [lo, hi) are terms, summed into s.acc
+		w := j.w
+		if cap(s.acc) < w.Cols {
+			s.acc = make([]float32, w.Cols)
 		}
-	case opAddRows:
+		acc := s.acc[:w.Cols]
+		clear(acc)
+		d, es, rb := dtIndex(w.DType), w.DType.Size(), w.RowBytes()
 		if j.rows == nil {
-			for k, a := range j.x {
-				if a != 0 {
-					w.axpyRow(j.dst, k, a, lo, hi)
-				}
-			}
-			return
-		}
-		for k, r := range j.rows {
-			if a := j.x[k]; a != 0 {
-				w.axpyRow(j.dst, int(r), a, lo, hi)
-			}
+			accumRows(j.ks, d, es, acc, unsafe.Add(dataPtr(w), lo*rb), rb, hi-lo, nil, j.x[lo:hi], true)
+		} else {
+			accumRows(j.ks, d, es, acc, dataPtr(w), rb, w.Rows, j.rows[lo:hi], j.x[lo:hi], true)
 		}
 	case opMatMul:
-		// Block over rows of W so each block of weights is read once from
-		// memory and reused for every token while it is in cache.
-		const block = 16
-		for r0 := lo; r0 < hi; r0 += block {
-			r1 := min(r0+block, hi)
-			for t := 0; t < j.t; t++ {
-				x := j.x[t*w.Cols : (t+1)*w.Cols]
-				d := j.dst[t*w.Rows : (t+1)*w.Rows]
-				for r := r0; r < r1; r++ {
-					d[r] = w.dotRow(r, x)
+		matMulRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
+	case opMatMulT:
+		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
+	case opRead:
+		readSink.Add(j.ks.readSum(unsafe.Add(dataPtr(j.w), lo*readUnit), (hi-lo)*readUnit))
+	}
+}
+
+func dataPtr(w Mat) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(w.Data)) }
+
+// rowIndex returns row j of a gathered list (or j itself), checked.
+func rowIndex(rows []int32, j, nrows int) int {
+	r := j
+	if rows != nil {
+		r = int(rows[j])
+	}
+	if uint(r) >= uint(nrows) {
+		panic(fmt.Sprintf("kernels: row %d out of range [0, %d)", r, nrows))
+	}
+	return r
+}
+
+// prefetchBytes is how far ahead, at least, MatVec prefetches.
+const prefetchBytes = 8 << 10
+
+// seqRowBytes: MatVec and AddRows read contiguous rows shorter than this one
+// at a time (a single stream, which the hardware prefetchers follow better
+// than four short ones); longer or gathered rows go four at a time.
+const seqRowBytes = 2048
+
+// dot returns Σ_{e<n} W[e]·x[e] for the row at p: the kernel set on the whole
+// blocks (nb elements), the generic loop on the tail.
+func dot(ks *kernelSet, d, es int, p unsafe.Pointer, x []float32, n, nb int) float32 {
+	var s float32
+	if nb > 0 {
+		s = ks.dot1[d](p, &x[0], nb)
+	}
+	if nb < n {
+		s += genericSet.dot1[d](unsafe.Add(p, nb*es), &x[nb], n-nb)
+	}
+	return s
+}
+
+// dot4 is dot for four rows sharing x, prefetching the rows at q (the next
+// ones to be read).
+func dot4(ks *kernelSet, d, es int, p, q *[4]unsafe.Pointer, x []float32, n, nb int) (s0, s1, s2, s3 float32) {
+	if nb > 0 {
+		s0, s1, s2, s3 = ks.dot4[d](p[0], p[1], p[2], p[3], q[0], q[1], q[2], q[3], &x[0], nb)
+	}
+	if nb < n {
+		o, xt, m := nb*es, &x[nb], n-nb
+		t0, t1, t2, t3 := genericSet.dot4[d](unsafe.Add(p[0], o), unsafe.Add(p[1], o), unsafe.Add(p[2], o), unsafe.Add(p[3], o),
+			nil, nil, nil, nil, xt, m)
+		s0, s1, s2, s3 = s0+t0, s1+t1, s2+t2, s3+t3
+	}
+	return
+}
+
+// matVecRange computes dst[k] for k in [lo, hi): row k of w, or row rows[k].
+func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32, lo, hi int) {
+	d, es, n, rb := dtIndex(w.DType), w.DType.Size(), w.Cols, w.RowBytes()
+	if n == 0 {
+		clear(dst[lo:hi])
+		return
+	}
+	nb := n &^ (ks.blk - 1)
+	base := dataPtr(w)
+	dst = dst[:hi]
+	k := lo
+	if rows == nil && rb < seqRowBytes {
+		// Short rows: one row after the other is a single stream, which the
+		// hardware prefetchers follow better than four short ones.
+		for ; k < hi; k++ {
+			dst[k] = dot(ks, d, es, unsafe.Add(base, rowIndex(rows, k, w.Rows)*rb), x, n, nb)
+		}
+		return
+	}
+	// Rows go four at a time; while a group is read, the rows a prefetch
+	// distance ahead (at least prefetchBytes) are prefetched, so that short or
+	// scattered rows still stream.
+	ahead := 4 * max(1, (prefetchBytes+4*rb-1)/(4*rb))
+	var cur, pre [4]unsafe.Pointer
+	for ; k+4 <= hi; k += 4 {
+		for i := range cur {
+			cur[i] = unsafe.Add(base, rowIndex(rows, k+i, w.Rows)*rb)
+			pre[i] = unsafe.Add(base, rowIndex(rows, min(k+ahead+i, hi-1), w.Rows)*rb)
+		}
+		dst[k], dst[k+1], dst[k+2], dst[k+3] = dot4(ks, d, es, &cur, &pre, x, n, nb)
+	}
+	for ; k < hi; k++ {
+		dst[k] = dot(ks, d, es, unsafe.Add(base, rowIndex(rows, k, w.Rows)*rb), x, n, nb)
+	}
+}
+
+// accumRows adds Σ_j a[j]·row(j)[:len(dst)] to dst, where row(j) starts at
+// base + r·stride bytes for r = rows[j] (rows nil: r = j), r < nrows, and
+// holds elements of dtype index d (es bytes each). Terms with a[j] == 0 are
+// skipped; the others are taken four rows at a time, except short contiguous
+// rows streamed from memory (stream), which go one at a time.
+func accumRows(ks *kernelSet, d, es int, dst []float32, base unsafe.Pointer, stride, nrows int, rows []int32, a []float32, stream bool) {
+	n := len(dst)
+	if n == 0 {
+		return
+	}
+	nb := n &^ (ks.blk - 1)
+	if stream && rows == nil && stride < seqRowBytes {
+		for j, aj := range a {
+			if aj != 0 {
+				p := unsafe.Add(base, rowIndex(rows, j, nrows)*stride)
+				if nb > 0 {
+					ks.axpy1[d](&dst[0], p, aj, nb)
+				}
+				if nb < n {
+					genericSet.axpy1[d](&dst[nb], unsafe.Add(p, nb*es), aj, n-nb)
 				}
 			}
 		}
-	case opMatMulT:
-		K := w.Rows
-		for t := 0; t < j.t; t++ {
-			d := j.dst[t*w.Cols : (t+1)*w.Cols]
-			clear(d[lo:hi])
-			a := j.x[t*K : (t+1)*K]
-			for k := 0; k < K; k++ {
-				if a[k] != 0 {
-					w.axpyRow(d, k, a[k], lo, hi)
+		return
+	}
+	// Groups of four nonzero terms; group g is added while group g+1's rows
+	// are prefetched.
+	var ps, qs [4]unsafe.Pointer
+	var as, bs [4]float32
+	j := 0
+	// fill collects the next (up to) four nonzero terms into p, c.
+	fill := func(p *[4]unsafe.Pointer, c *[4]float32) int {
+		k := 0
+		for ; j < len(a) && k < 4; j++ {
+			if a[j] != 0 {
+				p[k] = unsafe.Add(base, rowIndex(rows, j, nrows)*stride)
+				c[k] = a[j]
+				k++
+			}
+		}
+		return k
+	}
+	c := fill(&ps, &as)
+	for c == 4 {
+		nc := fill(&qs, &bs)
+		pre := &qs
+		if nc < 4 {
+			for i := nc; i < 4; i++ {
+				qs[i] = ps[i]
+			}
+		}
+		if nb > 0 {
+			ks.axpy4[d](&dst[0], ps[0], ps[1], ps[2], ps[3], pre[0], pre[1], pre[2], pre[3], as[0], as[1], as[2], as[3], nb)
+		}
+		if nb < n {
+			o := nb * es
+			genericSet.axpy4[d](&dst[nb], unsafe.Add(ps[0], o), unsafe.Add(ps[1], o), unsafe.Add(ps[2], o), unsafe.Add(ps[3], o),
+				nil, nil, nil, nil, as[0], as[1], as[2], as[3], n-nb)
+		}
+		ps, as, c = qs, bs, nc
+	}
+	for i := 0; i < c; i++ {
+		if nb > 0 {
+			ks.axpy1[d](&dst[0], ps[i], as[i], nb)
+		}
+		if nb < n {
+			genericSet.axpy1[d](&dst[nb], unsafe.Add(ps[i], nb*es), as[i], n-nb)
+		}
+	}
+}
+
+// gemmBlockBytes is the size of the block of weight rows MatMul keeps in cache
+// while it runs every token over it.
+const gemmBlockBytes = 64 << 10
+
+// matMulRange computes dst[t, r] for rows r in [lo, hi) and every token t.
+// Rows are taken in blocks of about gemmBlockBytes; within a block the gr×gt
+// micro-kernel runs over every group of gt tokens, so each weight is read from
+// memory once and converted once per gt tokens.
+func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch) {
+	d, es, C, R, rb := dtIndex(w.DType), w.DType.Size(), w.Cols, w.Rows, w.RowBytes()
+	if C == 0 {
+		for t := 0; t < T; t++ {
+			clear(dst[t*R+lo : t*R+hi])
+		}
+		return
+	}
+	gr, gt := ks.gr, ks.gt
+	nb := C &^ (ks.blk - 1)
+	gnb := C &^ (ks.gblk - 1)
+	base := dataPtr(w)
+	row := func(r int) unsafe.Pointer { return unsafe.Add(base, r*rb) }
+	block := max(gr, gemmBlockBytes/rb/gr*gr)
+	out := &s.out
+	for r0 := lo; r0 < hi; r0 += block {
+		r1 := min(r0+block, hi)
+		t := 0
+		for ; t+gt <= T; t += gt {
+			r := r0
+			for ; r+gr <= r1; r += gr {
+				if gnb > 0 {
+					ks.gemm[d](row(r), rb, &x[t*C], 4*C, gnb, out)
+				} else {
+					clear(out[:])
 				}
+				for i := 0; i < gr; i++ {
+					for u := 0; u < gt; u++ {
+						v := out[i*gt+u]
+						if gnb < C {
+							v += genericSet.dot1[d](unsafe.Add(row(r+i), gnb*es), &x[(t+u)*C+gnb], C-gnb)
+						}
+						dst[(t+u)*R+r+i] = v
+					}
+				}
+			}
+			for ; r < r1; r++ {
+				for u := t; u < t+gt; u++ {
+					dst[u*R+r] = dot(ks, d, es, row(r), x[u*C:(u+1)*C], C, nb)
+				}
+			}
+		}
+		for ; t < T; t++ {
+			xt, dt := x[t*C:(t+1)*C], dst[t*R:(t+1)*R]
+			r := r0
+			for ; r+4 <= r1; r += 4 {
+				p := [4]unsafe.Pointer{row(r), row(r + 1), row(r + 2), row(r + 3)}
+				dt[r], dt[r+1], dt[r+2], dt[r+3] = dot4(ks, d, es, &p, &p, xt, C, nb)
+			}
+			for ; r < r1; r++ {
+				dt[r] = dot(ks, d, es, row(r), xt, C, nb)
+			}
+		}
+	}
+}
+
+// MatMulRowsT blocking: a block of kBlock weight rows × cBlock columns is
+// decoded to float32 and reused by every token; the tokens' matching kBlock
+// coefficients are copied next to each other too. Both copies pad their rows
+// by packPad floats so that rows a power of two apart do not fall into the
+// same cache sets. Blocks are as wide as possible (up to cBlock columns) so
+// that the weights are read in long contiguous runs, and kBlock rows deep
+// with kBlock chosen to keep the float32 block within packBytes.
+var (
+	cBlock    = 4096
+	packBytes = 128 << 10
+)
+
+const packPad = 16
+
+// matMulTRange computes dst[t, c] for columns c in [lo, hi) and every token t.
+func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi int, s *scratch) {
+	d, es, K, C, rb := dtIndex(w.DType), w.DType.Size(), w.Rows, w.Cols, w.RowBytes()
+	for t := 0; t < T; t++ {
+		clear(dst[t*C+lo : t*C+hi])
+	}
+	if K == 0 {
+		return
+	}
+	base := dataPtr(w)
+	tt, tc := ks.tt, ks.tc
+	cb := min(cBlock, hi-lo)
+	kBlock := min(256, max(8, packBytes/(4*(cb+packPad))))
+	if T < tt {
+		// Too few tokens to pay for the float32 copy: accumulate straight from
+		// the weights, a block at a time so it stays in cache.
+		for c0 := lo; c0 < hi; c0 += cb {
+			c1 := min(c0+cb, hi)
+			for k0 := 0; k0 < K; k0 += kBlock {
+				k1 := min(k0+kBlock, K)
+				for t := 0; t < T; t++ {
+					accumRows(ks, d, es, dst[t*C+c0:t*C+c1], unsafe.Add(base, k0*rb+c0*es), rb, k1-k0, nil, a[t*K+k0:t*K+k1], false)
+				}
+			}
+		}
+		return
+	}
+	ld := cb + packPad      // packed weight row stride
+	lda := kBlock + packPad // packed coefficient row stride
+	if need := kBlock*ld + T*lda; len(s.pack) < need {
+		s.pack = make([]float32, need)
+	}
+	pack, apack := s.pack[:kBlock*ld], s.pack[kBlock*ld:]
+	pp := unsafe.Pointer(&pack[0])
+	for c0 := lo; c0 < hi; c0 += cb {
+		c1 := min(c0+cb, hi)
+		cw := c1 - c0
+		cfull := cw / tc * tc
+		cnb := cw &^ (ks.blk - 1)
+		for k0 := 0; k0 < K; k0 += kBlock {
+			k1 := min(k0+kBlock, K)
+			kc := k1 - k0
+			for k := 0; k < kc; k++ {
+				src := unsafe.Add(base, (k0+k)*rb+c0*es)
+				if cnb > 0 {
+					ks.cvt[d](&pack[k*ld], src, cnb)
+				}
+				if cnb < cw {
+					genericSet.cvt[d](&pack[k*ld+cnb], unsafe.Add(src, cnb*es), cw-cnb)
+				}
+			}
+			t := 0
+			for ; t+tt <= T; t += tt {
+				for u := t; u < t+tt; u++ {
+					copy(apack[u*lda:u*lda+kc], a[u*K+k0:u*K+k1])
+				}
+				for c := 0; c < cfull; c += tc {
+					ks.gemmT(unsafe.Add(pp, 4*c), 4*ld, &apack[t*lda], 4*lda, &dst[t*C+c0+c], 4*C, kc)
+				}
+				if cfull < cw {
+					for u := t; u < t+tt; u++ {
+						accumRows(ks, 0, 4, dst[u*C+c0+cfull:u*C+c1], unsafe.Add(pp, 4*cfull), 4*ld, kc, nil, a[u*K+k0:u*K+k1], false)
+					}
+				}
+			}
+			for ; t < T; t++ {
+				accumRows(ks, 0, 4, dst[t*C+c0:t*C+c1], pp, 4*ld, kc, nil, a[t*K+k0:t*K+k1], false)
 			}
 		}
 	}

@@ -14,9 +14,17 @@ type Pool struct {
 	start   []chan span
 	wg      sync.WaitGroup
 	cur     job
+	scratch []*scratch // one per worker; [0] is the calling goroutine's
 }
 
 type span struct{ lo, hi int }
+
+// scratch is a worker's private buffer space, kept across calls.
+type scratch struct {
+	out  [32]float32 // gemm micro-kernel results
+	pack []float32   // MatMulRowsT's float32 copy of a weight block
+	acc  []float32   // AddRows's partial sum
+}
 
 // minChunk is the smallest range worth handing to another worker.
 const minChunk = 8
@@ -27,13 +35,17 @@ func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	p := &Pool{workers: n, start: make([]chan span, n-1)}
+	p := &Pool{workers: n, start: make([]chan span, n-1), scratch: make([]*scratch, n)}
+	for i := range p.scratch {
+		p.scratch[i] = new(scratch)
+	}
 	for i := range p.start {
 		ch := make(chan span, 1)
 		p.start[i] = ch
+		s := p.scratch[i+1]
 		go func() {
-			for s := range ch {
-				p.cur.do(s.lo, s.hi)
+			for sp := range ch {
+				p.cur.do(sp.lo, sp.hi, s)
 				p.wg.Done()
 			}
 		}()
@@ -52,12 +64,13 @@ func (p *Pool) Close() {
 	p.start = nil
 }
 
-// run splits [0, n) into one range per worker and runs j on each.
-func (p *Pool) run(j job, n int) {
-	parts := min(p.workers, (n+minChunk-1)/minChunk)
+// run splits [0, n) into one range per worker and runs j on each. It
+// returns the number of ranges: range i ran with p.scratch[i].
+func (p *Pool) run(j job, n int) (parts int) {
+	parts = min(p.workers, (n+minChunk-1)/minChunk)
 	if parts <= 1 {
-		j.do(0, n)
-		return
+		j.do(0, n, p.scratch[0])
+		return 1
 	}
 	p.cur = j
 	chunk := (n + parts - 1) / parts
@@ -72,6 +85,7 @@ func (p *Pool) run(j job, n int) {
 		p.start[spans] <- span{lo, min(lo+chunk, n)}
 		spans++
 	}
-	p.cur.do(0, min(chunk, n))
+	p.cur.do(0, min(chunk, n), p.scratch[0])
 	p.wg.Wait()
+	return spans + 1
 }

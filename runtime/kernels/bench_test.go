@@ -1,0 +1,242 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+// Benchmarks at the shapes of the shared models. Each reports the weight
+// bytes it reads per call as B/s (b.SetBytes), to be compared with
+// BenchmarkReadBandwidth, the plain read of a 256 MiB buffer. Like a decode
+// step, which streams every layer's weights, each call reads a different copy
+// of the matrix, the copies totalling at least 256 MiB, so the weights come
+// from memory rather than from the last-level cache.
+//
+//	go test -run '^$' -bench . -benchtime 2s ./runtime/kernels/
+//
+// SINF_KERNELS=avx2 (or generic, ...) measures another kernel set.
+
+type benchShape struct {
+	name       string
+	rows, cols int
+}
+
+var (
+	// SmolLM2-135M: hidden 576, intermediate 1536.
+	smolFFN  = benchShape{"smol-ffn", 1536, 576}  // gate/up_proj, transposed down_proj
+	smolDown = benchShape{"smol-down", 576, 1536} // down_proj as stored
+	// Llama-3.2-1B: hidden 2048, intermediate 8192, vocab 128256.
+	llamaFFN  = benchShape{"llama1b-ffn", 8192, 2048}
+	llamaDown = benchShape{"llama1b-down", 2048, 8192}
+	llamaHead = benchShape{"llama1b-lmhead", 128256, 2048}
+)
+
+var benchThreads = []int{1, 2}
+
+// benchSet is a matrix's copies; next returns them in turn.
+type benchSet struct {
+	mats []Mat
+	i    int
+}
+
+func (s *benchSet) next() Mat {
+	s.i = (s.i + 1) % len(s.mats)
+	return s.mats[s.i]
+}
+
+const benchStream = 256 << 20 // bytes of weight copies per shape
+
+// benchCache keeps the last shape's copies across its sub-benchmarks.
+var benchCache struct {
+	key string
+	set *benchSet
+}
+
+func benchMats(sh benchShape, d format.DType) *benchSet {
+	key := fmt.Sprintf("%s/%v", sh.name, d)
+	if benchCache.key == key {
+		return benchCache.set
+	}
+	benchCache.key, benchCache.set = "", nil // let the old copies go first
+	m := benchMat(sh, d)
+	set := &benchSet{mats: []Mat{m}}
+	for len(set.mats)*m.Bytes() < benchStream {
+		c := m
+		c.Data = append([]byte(nil), m.Data...)
+		set.mats = append(set.mats, c)
+	}
+	benchCache.key, benchCache.set = key, set
+	return set
+}
+
+func benchMat(sh benchShape, d format.DType) Mat {
+	// Values from a table of normal samples: finite, not subnormal.
+	rng := rand.New(rand.NewPCG(uint64(sh.rows), uint64(sh.cols)))
+	const tn = 4096
+	var t16 [tn]uint16
+	var t32 [tn]uint32
+	for i := range tn {
+		f := float32(rng.NormFloat64())
+		t32[i] = math.Float32bits(f)
+		if d == format.F16 {
+			t16[i] = format.F32ToF16(f)
+		} else {
+			t16[i] = format.F32ToBF16(f)
+		}
+	}
+	n := sh.rows * sh.cols
+	b := make([]byte, n*d.Size())
+	s := rng.Uint64()
+	for i := 0; i < n; i++ {
+		s ^= s << 13
+		s ^= s >> 7
+		s ^= s << 17
+		if d == format.F32 {
+			binary.LittleEndian.PutUint32(b[4*i:], t32[s%tn])
+		} else {
+			binary.LittleEndian.PutUint16(b[2*i:], t16[s%tn])
+		}
+	}
+	return Mat{DType: d, Rows: sh.rows, Cols: sh.cols, Data: b}
+}
+
+// benchRows returns a sorted random half of [0, n): a decode active set.
+func benchRows(n int) []int32 {
+	rng := rand.New(rand.NewPCG(7, uint64(n)))
+	rows := make([]int32, 0, n/2)
+	for _, r := range rng.Perm(n)[:n/2] {
+		rows = append(rows, int32(r))
+	}
+	slices.Sort(rows)
+	return rows
+}
+
+func benchVec(n int) []float32 {
+	rng := rand.New(rand.NewPCG(9, uint64(n)))
+	return randVec(rng, n)
+}
+
+// forBench runs f for every dtype and thread count under name/shape.
+func forBench(b *testing.B, shapes []benchShape, f func(b *testing.B, p *Pool, sh benchShape, d format.DType)) {
+	for _, sh := range shapes {
+		for _, d := range weightDTypes {
+			for _, th := range benchThreads {
+				b.Run(fmt.Sprintf("%s/%v/t%d", sh.name, d, th), func(b *testing.B) {
+					p := NewPool(th)
+					defer p.Close()
+					f(b, p, sh, d)
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkReadBandwidth(b *testing.B) {
+	const size = 256 << 20
+	buf := make([]byte, size)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	for _, th := range benchThreads {
+		b.Run(fmt.Sprintf("256MiB/t%d", th), func(b *testing.B) {
+			p := NewPool(th)
+			defer p.Close()
+			b.SetBytes(size)
+			for b.Loop() {
+				readPass(p, buf)
+			}
+		})
+	}
+}
+
+func BenchmarkMatVec(b *testing.B) {
+	forBench(b, []benchShape{smolFFN, smolDown, llamaFFN, llamaDown, llamaHead}, func(b *testing.B, p *Pool, sh benchShape, d format.DType) {
+		ws := benchMats(sh, d)
+		w := ws.mats[0]
+		x, dst := benchVec(w.Cols), make([]float32, w.Rows)
+		b.SetBytes(int64(w.Bytes()))
+		for b.Loop() {
+			MatVec(p, dst, ws.next(), x)
+		}
+	})
+}
+
+// BenchmarkMatVecRows reads a random half of the gate/up rows.
+func BenchmarkMatVecRows(b *testing.B) {
+	forBench(b, []benchShape{smolFFN, llamaFFN}, func(b *testing.B, p *Pool, sh benchShape, d format.DType) {
+		ws := benchMats(sh, d)
+		w := ws.mats[0]
+		rows := benchRows(w.Rows)
+		x, dst := benchVec(w.Cols), make([]float32, len(rows))
+		b.SetBytes(int64(len(rows) * w.RowBytes()))
+		for b.Loop() {
+			MatVecRows(p, dst, ws.next(), rows, x)
+		}
+	})
+}
+
+// BenchmarkAddRows accumulates every row of the transposed down_proj
+// ([intermediate, hidden]) ("all") or a random half of them ("half").
+func BenchmarkAddRows(b *testing.B) {
+	for _, half := range []bool{false, true} {
+		name := "all"
+		if half {
+			name = "half"
+		}
+		b.Run(name, func(b *testing.B) {
+			forBench(b, []benchShape{smolFFN, llamaFFN}, func(b *testing.B, p *Pool, sh benchShape, d format.DType) {
+				ws := benchMats(sh, d)
+				w := ws.mats[0]
+				var rows []int32
+				n := w.Rows
+				if half {
+					rows = benchRows(w.Rows)
+					n = len(rows)
+				}
+				a, dst := benchVec(n), make([]float32, w.Cols)
+				b.SetBytes(int64(n * w.RowBytes()))
+				for b.Loop() {
+					AddRows(p, dst, ws.next(), rows, a)
+				}
+			})
+		})
+	}
+}
+
+const benchT = 32 // prefill tokens
+
+// BenchmarkMatMul is a 32-token prefill through gate/up_proj; it also reports
+// GFLOP/s.
+func BenchmarkMatMul(b *testing.B) {
+	forBench(b, []benchShape{smolFFN, llamaFFN}, func(b *testing.B, p *Pool, sh benchShape, d format.DType) {
+		ws := benchMats(sh, d)
+		w := ws.mats[0]
+		x, dst := benchVec(benchT*w.Cols), make([]float32, benchT*w.Rows)
+		b.SetBytes(int64(w.Bytes()))
+		for b.Loop() {
+			MatMul(p, dst, ws.next(), x, benchT)
+		}
+		b.ReportMetric(2*float64(benchT*w.Rows*w.Cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}
+
+// BenchmarkMatMulRowsT is a 32-token prefill through the transposed
+// down_proj; it also reports GFLOP/s.
+func BenchmarkMatMulRowsT(b *testing.B) {
+	forBench(b, []benchShape{smolFFN, llamaFFN}, func(b *testing.B, p *Pool, sh benchShape, d format.DType) {
+		ws := benchMats(sh, d)
+		w := ws.mats[0]
+		a, dst := benchVec(benchT*w.Rows), make([]float32, benchT*w.Cols)
+		b.SetBytes(int64(w.Bytes()))
+		for b.Loop() {
+			MatMulRowsT(p, dst, ws.next(), a, benchT)
+		}
+		b.ReportMetric(2*float64(benchT*w.Rows*w.Cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}

@@ -1,0 +1,282 @@
+package kernels
+
+//go:generate go run ./internal/asmgen
+
+import (
+	"os"
+	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+// kernelSet is one implementation of the raw inner loops, for one instruction
+// set. Index [d] of the per-dtype tables is dtIndex of the weight dtype. Raw
+// kernels take element counts that are whole multiples of their block (blk or
+// gblk, powers of two); callers finish the tails with the generic set. Weight
+// pointers need no alignment.
+type kernelSet struct {
+	name string
+	blk  int // element multiple of dot4, dot1, axpy4, axpy1, cvt
+	gblk int // element multiple of gemm
+	gr   int // gemm micro-kernel rows
+	gt   int // gemm micro-kernel tokens
+	tt   int // gemmT micro-kernel tokens
+	tc   int // gemmT micro-kernel columns
+
+	// dot4 returns the dot products of the n-element rows w0..w3 with x,
+	// prefetching the rows p0..p3 (the ones the caller reads next) as it goes.
+	dot4 [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
+	// dot1 returns the dot product of the n-element row w with x.
+	dot1 [3]func(w unsafe.Pointer, x *float32, n int) float32
+	// axpy4 adds a0·w0 + a1·w1 + a2·w2 + a3·w3 to dst[:n], prefetching the
+	// rows p0..p3 as it goes.
+	axpy4 [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
+	// axpy1 adds a·w to dst[:n].
+	axpy1 [3]func(dst *float32, w unsafe.Pointer, a float32, n int)
+	// gemm sets out[r·gt+t] = Σ_{e<n} W_r[e]·X_t[e] for r < gr, t < gt, with
+	// W_r at w + r·wstride bytes and X_t at x + t·xstride bytes.
+	gemm [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+	// cvt decodes n weights at src into dst.
+	cvt [3]func(dst *float32, src unsafe.Pointer, n int)
+	// gemmT adds Σ_{k<kc} A_t[k]·W_k[c] to D_t[c] for t < tt, c < tc, with the
+	// float32 row W_k at w + k·wstride bytes, A_t at a + t·astride bytes and
+	// D_t at dst + t·dstride bytes.
+	gemmT func(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
+	// readSum returns a checksum of the n bytes at p (n a multiple of 128).
+	readSum func(p unsafe.Pointer, n int) uint64
+}
+
+// dtIndex maps a weight dtype to its index in the kernel tables.
+func dtIndex(d format.DType) int {
+	switch d {
+	case format.F32:
+		return 0
+	case format.F16:
+		return 1
+	case format.BF16:
+		return 2
+	}
+	panic("kernels: weight dtype " + d.String() + " is not F32, F16 or BF16")
+}
+
+// genericSet is the portable implementation; it is also the tail handler of
+// every other set.
+var genericSet = &kernelSet{
+	name: "generic", blk: 1, gblk: 1, gr: 1, gt: 4, tt: 4, tc: 8,
+	dot4:    [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32Go, dot4F16Go, dot4BF16Go},
+	dot1:    [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32Go, dot1F16Go, dot1BF16Go},
+	axpy4:   [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32Go, axpy4F16Go, axpy4BF16Go},
+	axpy1:   [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32Go, axpy1F16Go, axpy1BF16Go},
+	gemm:    [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32){gemmF32Go, gemmF16Go, gemmBF16Go},
+	cvt:     [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32Go, cvtF16Go, cvtBF16Go},
+	gemmT:   gemmTF32Go,
+	readSum: readSumGo,
+}
+
+// kernelSets lists the sets this CPU can run, the preferred one first and the
+// generic one last; archSets is filled in by the architecture files.
+func kernelSets() []*kernelSet { return append(archSets(), genericSet) }
+
+// active is the set the kernels use; each call reads it once, on the calling
+// goroutine, and hands it to the workers inside the job. It is the best set
+// of this CPU, or the one named by $SINF_KERNELS (avx512, avx2, neon, generic)
+// when this CPU has it: a switch for debugging and measuring, never needed.
+var active = chooseSet(os.Getenv("SINF_KERNELS"))
+
+func chooseSet(name string) *kernelSet {
+	sets := kernelSets()
+	for _, ks := range sets {
+		if ks.name == name {
+			return ks
+		}
+	}
+	return sets[0]
+}
+
+// ISA names the instruction set the kernels run on: "avx512", "avx2", "neon"
+// or "generic".
+func ISA() string { return active.name }
+
+// useKernelSet makes ks the active set and returns a function restoring the
+// previous one. For tests and benchmarks; not safe while kernels run.
+func useKernelSet(ks *kernelSet) (restore func()) {
+	prev := active
+	active = ks
+	return func() { active = prev }
+}
+
+// ---- portable raw kernels ----
+
+func f32s(p unsafe.Pointer, n int) []float32 { return unsafe.Slice((*float32)(p), n) }
+func u16s(p unsafe.Pointer, n int) []uint16  { return unsafe.Slice((*uint16)(p), n) }
+func xs(x *float32, n int) []float32         { return unsafe.Slice(x, n) }
+
+func dot1F32Go(w unsafe.Pointer, x *float32, n int) float32 {
+	if n <= 0 {
+		return 0
+	}
+	return dotF32(f32s(w, n), xs(x, n))
+}
+
+func dot1F16Go(w unsafe.Pointer, x *float32, n int) float32 {
+	if n <= 0 {
+		return 0
+	}
+	return dotF16(u16s(w, n), xs(x, n))
+}
+
+func dot1BF16Go(w unsafe.Pointer, x *float32, n int) float32 {
+	if n <= 0 {
+		return 0
+	}
+	return dotBF16(u16s(w, n), xs(x, n))
+}
+
+func dot4F32Go(w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32) {
+	return dot1F32Go(w0, x, n), dot1F32Go(w1, x, n), dot1F32Go(w2, x, n), dot1F32Go(w3, x, n)
+}
+
+func dot4F16Go(w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32) {
+	return dot1F16Go(w0, x, n), dot1F16Go(w1, x, n), dot1F16Go(w2, x, n), dot1F16Go(w3, x, n)
+}
+
+func dot4BF16Go(w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32) {
+	return dot1BF16Go(w0, x, n), dot1BF16Go(w1, x, n), dot1BF16Go(w2, x, n), dot1BF16Go(w3, x, n)
+}
+
+func axpy1F32Go(dst *float32, w unsafe.Pointer, a float32, n int) {
+	if n > 0 {
+		axpyF32(xs(dst, n), f32s(w, n), a)
+	}
+}
+
+func axpy1F16Go(dst *float32, w unsafe.Pointer, a float32, n int) {
+	if n > 0 {
+		axpyF16(xs(dst, n), u16s(w, n), a)
+	}
+}
+
+func axpy1BF16Go(dst *float32, w unsafe.Pointer, a float32, n int) {
+	if n > 0 {
+		axpyBF16(xs(dst, n), u16s(w, n), a)
+	}
+}
+
+func axpy4F32Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, n int) {
+	axpy1F32Go(dst, w0, a0, n)
+	axpy1F32Go(dst, w1, a1, n)
+	axpy1F32Go(dst, w2, a2, n)
+	axpy1F32Go(dst, w3, a3, n)
+}
+
+func axpy4F16Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, n int) {
+	axpy1F16Go(dst, w0, a0, n)
+	axpy1F16Go(dst, w1, a1, n)
+	axpy1F16Go(dst, w2, a2, n)
+	axpy1F16Go(dst, w3, a3, n)
+}
+
+func axpy4BF16Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, n int) {
+	axpy1BF16Go(dst, w0, a0, n)
+	axpy1BF16Go(dst, w1, a1, n)
+	axpy1BF16Go(dst, w2, a2, n)
+	axpy1BF16Go(dst, w3, a3, n)
+}
+
+func cvtF32Go(dst *float32, src unsafe.Pointer, n int) {
+	if n > 0 {
+		copy(xs(dst, n), f32s(src, n))
+	}
+}
+
+func cvtF16Go(dst *float32, src unsafe.Pointer, n int) {
+	if n <= 0 {
+		return
+	}
+	d, s, t := xs(dst, n), u16s(src, n), f16Table
+	for i, h := range s {
+		d[i] = t[h]
+	}
+}
+
+func cvtBF16Go(dst *float32, src unsafe.Pointer, n int) {
+	if n <= 0 {
+		return
+	}
+	d, s := xs(dst, n), u16s(src, n)
+	for i, h := range s {
+		d[i] = bf(h)
+	}
+}
+
+// gemmGo is the portable micro-kernel (gr 1, gt 4): it decodes the row in
+// chunks once (dtype index d, size bytes each) and dots each chunk with the
+// four tokens.
+func gemmGo(d, size int, w unsafe.Pointer, x *float32, xstride int, n int, out *[32]float32) {
+	var buf [256]float32
+	var s [4]float32
+	for e := 0; e < n; e += len(buf) {
+		m := min(len(buf), n-e)
+		src := unsafe.Add(w, e*size)
+		switch d { // direct calls keep buf on the stack
+		case 0:
+			cvtF32Go(&buf[0], src, m)
+		case 1:
+			cvtF16Go(&buf[0], src, m)
+		default:
+			cvtBF16Go(&buf[0], src, m)
+		}
+		for t := range s {
+			xt := (*float32)(unsafe.Add(unsafe.Pointer(x), t*xstride+4*e))
+			s[t] += dotF32(buf[:m], xs(xt, m))
+		}
+	}
+	copy(out[:4], s[:])
+}
+
+func gemmF32Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, out *[32]float32) {
+	gemmGo(0, 4, w, x, xstride, n, out)
+}
+
+func gemmF16Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, out *[32]float32) {
+	gemmGo(1, 2, w, x, xstride, n, out)
+}
+
+func gemmBF16Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, out *[32]float32) {
+	gemmGo(2, 2, w, x, xstride, n, out)
+}
+
+// gemmTF32Go is the portable outer-product micro-kernel (tt 4, tc 8).
+func gemmTF32Go(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int) {
+	var acc [4][8]float32
+	for t := range acc {
+		copy(acc[t][:], xs((*float32)(unsafe.Add(unsafe.Pointer(dst), t*dstride)), 8))
+	}
+	for k := 0; k < kc; k++ {
+		wk := (*[8]float32)(unsafe.Add(w, k*wstride))
+		for t := range acc {
+			at := *(*float32)(unsafe.Add(unsafe.Pointer(a), t*astride+4*k))
+			for c, wv := range wk {
+				acc[t][c] += at * wv
+			}
+		}
+	}
+	for t := range acc {
+		copy(xs((*float32)(unsafe.Add(unsafe.Pointer(dst), t*dstride)), 8), acc[t][:])
+	}
+}
+
+func readSumGo(p unsafe.Pointer, n int) uint64 {
+	if n <= 0 {
+		return 0
+	}
+	b := unsafe.Slice((*uint64)(p), n/8)
+	var s0, s1, s2, s3 uint64
+	for i := 0; i+4 <= len(b); i += 4 {
+		s0 += b[i]
+		s1 += b[i+1]
+		s2 += b[i+2]
+		s3 += b[i+3]
+	}
+	return s0 + s1 + s2 + s3
+}

@@ -1,0 +1,537 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+var weightDTypes = []format.DType{format.F32, format.F16, format.BF16}
+
+// tolFor is the allowed error relative to Σ|w·x| (see checkClose).
+func tolFor(d format.DType) float64 {
+	if d == format.F32 {
+		return 1e-5
+	}
+	return 1e-3
+}
+
+// testMat is a random weight matrix and its decoded values.
+type testMat struct {
+	Mat
+	vals []float64 // decoded weights, [Rows, Cols]
+}
+
+// randMat makes a [rows, cols] matrix of dtype d whose data starts off
+// elements past a 64-byte boundary (so vector loads see every alignment).
+func randMat(rng *rand.Rand, d format.DType, rows, cols, off int) testMat {
+	es := d.Size()
+	n := rows * cols
+	raw := make([]byte, (n+off)*es+64)
+	start := (64 - int(uintptr(unsafe.Pointer(&raw[0]))%64)) % 64
+	b := raw[start+off*es : start+(off+n)*es]
+	vals := make([]float64, n)
+	for i := range vals {
+		f := float32(rng.NormFloat64())
+		switch d {
+		case format.F32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+			vals[i] = float64(f)
+		case format.F16:
+			h := format.F32ToF16(f)
+			binary.LittleEndian.PutUint16(b[2*i:], h)
+			vals[i] = float64(format.F16ToF32(h))
+		case format.BF16:
+			h := format.F32ToBF16(f)
+			binary.LittleEndian.PutUint16(b[2*i:], h)
+			vals[i] = float64(format.BF16ToF32(h))
+		}
+	}
+	return testMat{Mat{DType: d, Rows: rows, Cols: cols, Data: b}, vals}
+}
+
+func randVec(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// refDot returns Σ w·x and Σ|w·x| in float64 over row r of m.
+func (m testMat) refDot(r int, x []float32) (sum, abs float64) {
+	for c := 0; c < m.Cols; c++ {
+		p := m.vals[r*m.Cols+c] * float64(x[c])
+		sum += p
+		abs += math.Abs(p)
+	}
+	return
+}
+
+// checkClose reports whether got is within tol·scale of want.
+func checkClose(t *testing.T, got float32, want, scale, tol float64, what string, args ...any) {
+	t.Helper()
+	if math.Abs(float64(got)-want) > tol*scale+1e-30 {
+		t.Fatalf("%s: got %v, want %v (scale %v, tol %v)", fmt.Sprintf(what, args...), got, want, scale, tol)
+	}
+}
+
+// forEachSet runs f with each kernel set the CPU supports made active.
+func forEachSet(t *testing.T, f func(t *testing.T, ks *kernelSet)) {
+	for _, ks := range kernelSets() {
+		t.Run(ks.name, func(t *testing.T) {
+			defer useKernelSet(ks)()
+			f(t, ks)
+		})
+	}
+}
+
+var (
+	testCols = []int{1, 3, 7, 16, 17, 33, 64, 100, 257, 1000}
+	testRows = []int{1, 3, 5, 7, 17, 33}
+)
+
+func TestSetsDetected(t *testing.T) {
+	sets := kernelSets()
+	require.Equal(t, "generic", sets[len(sets)-1].name)
+	require.Equal(t, chooseSet(os.Getenv("SINF_KERNELS")).name, ISA())
+	for _, ks := range sets {
+		t.Logf("kernel set %s (blk %d, gemm %dx%d/%d, gemmT %dx%d)", ks.name, ks.blk, ks.gr, ks.gt, ks.gblk, ks.tt, ks.tc)
+		require.LessOrEqual(t, ks.gr*ks.gt, 32)
+		require.Zero(t, ks.blk&(ks.blk-1))
+		require.Zero(t, ks.gblk&(ks.gblk-1))
+	}
+}
+
+// TestRawKernels calls each set's raw kernels directly on whole blocks and
+// compares them with float64 references and with the generic set.
+func TestRawKernels(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for _, dt := range weightDTypes {
+			d, es, tol := dtIndex(dt), dt.Size(), tolFor(dt)
+			for _, mult := range []int{1, 2, 3, 5, 16, 63} {
+				n := mult * ks.blk
+				for off := 0; off < 4; off++ {
+					m := randMat(rng, dt, 4, n, off)
+					x := randVec(rng, n)
+					p := [4]unsafe.Pointer{}
+					for r := range p {
+						p[r] = unsafe.Pointer(&m.Data[r*n*es])
+					}
+					s := [4]float32{}
+					s[0], s[1], s[2], s[3] = ks.dot4[d](p[0], p[1], p[2], p[3], p[0], p[1], p[2], p[3], &x[0], n)
+					for r := range p {
+						want, scale := m.refDot(r, x)
+						checkClose(t, s[r], want, scale, tol, "dot4 %v n=%d off=%d row %d", dt, n, off, r)
+						checkClose(t, ks.dot1[d](p[r], &x[0], n), want, scale, tol, "dot1 %v n=%d off=%d row %d", dt, n, off, r)
+					}
+					// axpy4 and axpy1 on a random dst.
+					dst0 := randVec(rng, n)
+					a := randVec(rng, 4)
+					dst := append([]float32(nil), dst0...)
+					ks.axpy4[d](&dst[0], p[0], p[1], p[2], p[3], p[0], p[1], p[2], p[3], a[0], a[1], a[2], a[3], n)
+					dst1 := append([]float32(nil), dst0...)
+					ks.axpy1[d](&dst1[0], p[2], a[2], n)
+					for c := 0; c < n; c++ {
+						want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
+						for r := range 4 {
+							v := float64(a[r]) * m.vals[r*n+c]
+							want += v
+							scale += math.Abs(v)
+						}
+						checkClose(t, dst[c], want, scale, tol, "axpy4 %v n=%d col %d", dt, n, c)
+						v := float64(a[2]) * m.vals[2*n+c]
+						checkClose(t, dst1[c], float64(dst0[c])+v, math.Abs(float64(dst0[c]))+math.Abs(v), tol, "axpy1 %v n=%d col %d", dt, n, c)
+					}
+					// cvt is exact.
+					out := make([]float32, n)
+					ks.cvt[d](&out[0], p[1], n)
+					for c := range out {
+						require.Equal(t, float32(m.vals[n+c]), out[c], "cvt %v n=%d col %d", dt, n, c)
+					}
+				}
+			}
+			// gemm: gr rows × gt tokens.
+			for _, mult := range []int{1, 2, 7, 33} {
+				n := mult * ks.gblk
+				m := randMat(rng, dt, ks.gr, n+3, 1) // row stride n+3 elements
+				x := randVec(rng, ks.gt*(n+5))       // token stride n+5
+				var out [32]float32
+				ks.gemm[d](unsafe.Pointer(&m.Data[0]), (n+3)*es, &x[0], 4*(n+5), n, &out)
+				for r := 0; r < ks.gr; r++ {
+					for u := 0; u < ks.gt; u++ {
+						var want, scale float64
+						for c := 0; c < n; c++ {
+							v := m.vals[r*(n+3)+c] * float64(x[u*(n+5)+c])
+							want += v
+							scale += math.Abs(v)
+						}
+						checkClose(t, out[r*ks.gt+u], want, scale, tol, "gemm %v n=%d r=%d t=%d", dt, n, r, u)
+					}
+				}
+			}
+		}
+		// gemmT: tt tokens × tc columns over kc packed float32 rows.
+		for _, kc := range []int{1, 2, 5, 64, 129} {
+			ld, K, C := ks.tc+3, kc+2, ks.tc+7
+			w := randVec(rng, kc*ld)
+			a := randVec(rng, ks.tt*K)
+			dst0 := randVec(rng, ks.tt*C)
+			dst := append([]float32(nil), dst0...)
+			ks.gemmT(unsafe.Pointer(&w[0]), 4*ld, &a[0], 4*K, &dst[0], 4*C, kc)
+			for u := 0; u < ks.tt; u++ {
+				for c := 0; c < C; c++ {
+					if c >= ks.tc {
+						require.Equal(t, dst0[u*C+c], dst[u*C+c], "gemmT wrote outside its tile")
+						continue
+					}
+					want, scale := float64(dst0[u*C+c]), math.Abs(float64(dst0[u*C+c]))
+					for k := 0; k < kc; k++ {
+						v := float64(a[u*K+k]) * float64(w[k*ld+c])
+						want += v
+						scale += math.Abs(v)
+					}
+					checkClose(t, dst[u*C+c], want, scale, 1e-5, "gemmT kc=%d t=%d c=%d", kc, u, c)
+				}
+			}
+		}
+		// readSum over 128-byte multiples.
+		buf := make([]uint64, 16*33)
+		var want uint64
+		for i := range buf {
+			buf[i] = rng.Uint64()
+			want += buf[i]
+		}
+		require.Equal(t, want, ks.readSum(unsafe.Pointer(&buf[0]), 8*len(buf)))
+	})
+}
+
+func withPools(t *testing.T, f func(t *testing.T, p *Pool)) {
+	for _, n := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("pool%d", n), func(t *testing.T) {
+			p := NewPool(n)
+			defer p.Close()
+			require.Equal(t, n, p.Threads())
+			f(t, p)
+		})
+	}
+}
+
+func TestMatVec(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			for _, dt := range weightDTypes {
+				for _, rows := range append(testRows, 70) {
+					for _, cols := range testCols {
+						m := randMat(rng, dt, rows, cols, rng.IntN(4))
+						x := randVec(rng, cols)
+						dst := make([]float32, rows)
+						MatVec(p, dst, m.Mat, x)
+						gen := make([]float32, rows)
+						func() {
+							defer useKernelSet(genericSet)()
+							MatVec(p, gen, m.Mat, x)
+						}()
+						for r := range dst {
+							want, scale := m.refDot(r, x)
+							checkClose(t, dst[r], want, scale, tolFor(dt), "MatVec %v [%d,%d] row %d", dt, rows, cols, r)
+							checkClose(t, dst[r], float64(gen[r]), scale, 2*tolFor(dt), "MatVec vs generic %v [%d,%d] row %d", dt, rows, cols, r)
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+func TestMatVecRows(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			for _, dt := range weightDTypes {
+				for _, cols := range testCols {
+					rows := 40
+					m := randMat(rng, dt, rows, cols, rng.IntN(4))
+					x := randVec(rng, cols)
+					for _, k := range []int{0, 1, 3, 4, 9, 31, 40} {
+						sel := make([]int32, k)
+						for i := range sel {
+							sel[i] = int32(rng.IntN(rows)) // unsorted, repeats allowed
+						}
+						dst := make([]float32, k)
+						MatVecRows(p, dst, m.Mat, sel, x)
+						for j, r := range sel {
+							want, scale := m.refDot(int(r), x)
+							checkClose(t, dst[j], want, scale, tolFor(dt), "MatVecRows %v cols %d j %d", dt, cols, j)
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+func TestAddRows(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(7, 8))
+			for _, dt := range weightDTypes {
+				for _, cols := range testCols {
+					rows := 150
+					m := randMat(rng, dt, rows, cols, rng.IntN(4))
+					for _, gathered := range []bool{false, true} {
+						for _, k := range []int{0, 1, 3, 4, 7, 13, 37, 150} {
+							var sel []int32
+							if gathered {
+								sel = make([]int32, k)
+								for i := range sel {
+									sel[i] = int32(rng.IntN(rows))
+								}
+							}
+							a := randVec(rng, k)
+							for i := range a {
+								if rng.IntN(4) == 0 {
+									a[i] = 0 // skipped terms
+								}
+							}
+							dst0 := randVec(rng, cols)
+							dst := append([]float32(nil), dst0...)
+							AddRows(p, dst, m.Mat, sel, a)
+							for c := range dst {
+								want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
+								for j := range a {
+									r := j
+									if gathered {
+										r = int(sel[j])
+									}
+									v := float64(a[j]) * m.vals[r*cols+c]
+									want += v
+									scale += math.Abs(v)
+								}
+								checkClose(t, dst[c], want, scale, tolFor(dt), "AddRows %v cols %d k %d gathered %v col %d", dt, cols, k, gathered, c)
+							}
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+func TestMatMul(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(9, 10))
+			shapes := [][2]int{{1, 1}, {3, 7}, {7, 17}, {13, 33}, {17, 100}, {50, 257}, {70, 1000}}
+			if ks != genericSet && !raceOn {
+				shapes = append(shapes, [2]int{40, 2048}) // several row blocks
+			}
+			if raceOn {
+				shapes = shapes[:5]
+			}
+			for _, dt := range weightDTypes {
+				for _, sh := range shapes {
+					rows, cols := sh[0], sh[1]
+					m := randMat(rng, dt, rows, cols, rng.IntN(4))
+					for T := 1; T <= 9; T++ {
+						x := randVec(rng, T*cols)
+						dst := make([]float32, T*rows)
+						MatMul(p, dst, m.Mat, x, T)
+						for u := 0; u < T; u++ {
+							for r := 0; r < rows; r++ {
+								want, scale := m.refDot(r, x[u*cols:(u+1)*cols])
+								checkClose(t, dst[u*rows+r], want, scale, tolFor(dt), "MatMul %v [%d,%d] T=%d t=%d r=%d", dt, rows, cols, T, u, r)
+							}
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+func TestMatMulRowsT(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(11, 12))
+			shapes := [][2]int{{1, 1}, {3, 7}, {7, 17}, {33, 16}, {100, 33}, {257, 64}, {130, 300}}
+			Ts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17}
+			if raceOn {
+				shapes, Ts = shapes[:5], []int{1, 2, 6, 7, 9}
+			}
+			for _, dt := range weightDTypes {
+				for _, sh := range shapes {
+					K, C := sh[0], sh[1]
+					m := randMat(rng, dt, K, C, rng.IntN(4))
+					for _, T := range Ts {
+						a := randVec(rng, T*K)
+						for i := range a {
+							if rng.IntN(5) == 0 {
+								a[i] = 0
+							}
+						}
+						dst := randVec(rng, T*C) // overwritten
+						MatMulRowsT(p, dst, m.Mat, a, T)
+						for u := 0; u < T; u++ {
+							for c := 0; c < C; c++ {
+								var want, scale float64
+								for k := 0; k < K; k++ {
+									v := float64(a[u*K+k]) * m.vals[k*C+c]
+									want += v
+									scale += math.Abs(v)
+								}
+								checkClose(t, dst[u*C+c], want, scale, tolFor(dt), "MatMulRowsT %v [%d,%d] T=%d t=%d c=%d", dt, K, C, T, u, c)
+							}
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+// TestMatMulRowsTBlocks forces small MatMulRowsT blocks so that several
+// column and row blocks, and their tails, are exercised.
+func TestMatMulRowsTBlocks(t *testing.T) {
+	defer func(c, b int) { cBlock, packBytes = c, b }(cBlock, packBytes)
+	cBlock, packBytes = 40, 40*4*20 // 40-column blocks, ~18 rows deep
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(21, 22))
+			for _, dt := range weightDTypes {
+				K, C := 75, 133
+				m := randMat(rng, dt, K, C, 1)
+				for _, T := range []int{2, 6, 7, 9, 16, 25} {
+					a := randVec(rng, T*K)
+					dst := make([]float32, T*C)
+					MatMulRowsT(p, dst, m.Mat, a, T)
+					for u := 0; u < T; u++ {
+						for c := 0; c < C; c++ {
+							var want, scale float64
+							for k := 0; k < K; k++ {
+								v := float64(a[u*K+k]) * m.vals[k*C+c]
+								want += v
+								scale += math.Abs(v)
+							}
+							checkClose(t, dst[u*C+c], want, scale, tolFor(dt), "MatMulRowsT blocks %v T=%d t=%d c=%d", dt, T, u, c)
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+// TestNoAllocs checks that the decode kernels allocate nothing in steady
+// state, whatever the pool size.
+func TestNoAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			for _, dt := range weightDTypes {
+				m := randMat(rng, dt, 256, 200, 0)
+				x := randVec(rng, 200)
+				dst := make([]float32, 256)
+				sel := []int32{5, 9, 100, 3, 255, 7, 8, 200, 17}
+				a := randVec(rng, len(sel))
+				aAll := randVec(rng, 256)
+				xT := randVec(rng, 5*200)
+				dT := make([]float32, 5*256)
+				aT := randVec(rng, 7*256)
+				dTT := make([]float32, 7*200)
+				cases := map[string]func(){
+					"MatVec":      func() { MatVec(p, dst, m.Mat, x) },
+					"MatVecRows":  func() { MatVecRows(p, dst[:len(sel)], m.Mat, sel, x) },
+					"AddRows":     func() { AddRows(p, x, m.Mat, sel, a) },
+					"AddRowsAll":  func() { AddRows(p, x, m.Mat, nil, aAll) },
+					"MatMul":      func() { MatMul(p, dT, m.Mat, xT, 5) },
+					"MatMulRowsT": func() { MatMulRowsT(p, dTT, m.Mat, aT, 7) },
+				}
+				for name, f := range cases {
+					f() // warm up (MatMulRowsT sizes its scratch once)
+					runs := 50
+					if raceOn {
+						runs = 5
+					}
+					if allocs := testing.AllocsPerRun(runs, f); allocs != 0 {
+						t.Errorf("%s %v: %v allocations per call", name, dt, allocs)
+					}
+				}
+			}
+		})
+	})
+}
+
+func TestPoolConcurrentPools(t *testing.T) {
+	// Separate pools may run at once from separate goroutines.
+	rng := rand.New(rand.NewPCG(15, 16))
+	m := randMat(rng, format.F16, 300, 130, 0)
+	x := randVec(rng, 130)
+	want := make([]float32, 300)
+	MatVec(NewPool(1), want, m.Mat, x)
+	done := make(chan []float32)
+	for g := 0; g < 3; g++ {
+		go func() {
+			p := NewPool(2)
+			defer p.Close()
+			dst := make([]float32, 300)
+			for range 20 {
+				MatVec(p, dst, m.Mat, x)
+			}
+			done <- dst
+		}()
+	}
+	for range 3 {
+		require.Equal(t, want, <-done)
+	}
+}
+
+func TestPanicsOnBadShapes(t *testing.T) {
+	p := NewPool(1)
+	defer p.Close()
+	rng := rand.New(rand.NewPCG(17, 18))
+	m := randMat(rng, format.F32, 4, 8, 0)
+	require.Panics(t, func() { MatVec(p, make([]float32, 4), m.Mat, make([]float32, 7)) })
+	require.Panics(t, func() { MatVec(p, make([]float32, 3), m.Mat, make([]float32, 8)) })
+	require.Panics(t, func() { MatVecRows(p, make([]float32, 1), m.Mat, []int32{4}, make([]float32, 8)) })
+	require.Panics(t, func() { AddRows(p, make([]float32, 8), m.Mat, []int32{-1}, []float32{1}) })
+	require.Panics(t, func() { AddRows(p, make([]float32, 8), m.Mat, nil, make([]float32, 5)) })
+	require.Panics(t, func() { MatMul(p, make([]float32, 8), m.Mat, make([]float32, 15), 2) })
+	require.Panics(t, func() { MatMulRowsT(p, make([]float32, 15), m.Mat, make([]float32, 8), 2) })
+}
+
+func TestMeasureReadBandwidth(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	bw := MeasureReadBandwidth(p, 4<<20)
+	require.Greater(t, bw, 0.0)
+	t.Logf("read bandwidth over 4 MiB (cache): %.1f GB/s (%s)", bw/1e9, ISA())
+}
+
+func TestChooseSet(t *testing.T) {
+	require.Same(t, genericSet, chooseSet("generic"))
+	require.Same(t, kernelSets()[0], chooseSet(""))
+	require.Same(t, kernelSets()[0], chooseSet("no-such-set"))
+}
+
+func TestRowF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, dt := range weightDTypes {
+		m := randMat(rng, dt, 3, 21, 0)
+		dst := make([]float32, 21)
+		m.RowF32(dst, 2)
+		for c := range dst {
+			require.Equal(t, float32(m.vals[2*21+c]), dst[c])
+		}
+	}
+}
