@@ -42,7 +42,6 @@ type buffers struct {
 	x, xb, xb2       []float32 // [T, hidden]
 	q, attnOut       []float32 // [T, heads·hd]
 	k, v             []float32 // [T, kv·hd]
-	att              []float32 // [ctx]
 	gate, up         []float32 // [T, N]
 	logits           []float32 // [T or 1, vocab]
 	ropeCos, ropeSin []float32 // [ctx, hd/2]
@@ -75,7 +74,6 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 			s.buf.ropeSin[p*half+i] = float32(math.Sin(a))
 		}
 	}
-	s.buf.att = make([]float32, ctx)
 	return s
 }
 
@@ -202,44 +200,8 @@ func (s *Session) attention(i, T int) {
 
 	// out[t, h] = Σ_p softmax_p(q·k_p / √hd) v_p over p ≤ pos+t (causal).
 	out := b.attnOut[:T*qd]
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	group := c.Heads / c.KVHeads
-	kc, vc := s.kcache[i], s.vcache[i]
-	for t := 0; t < T; t++ {
-		n := s.pos + t + 1
-		for h := 0; h < c.Heads; h++ {
-			qh := q[t*qd+h*hd : t*qd+(h+1)*hd]
-			kvOff := (h / group) * hd
-			att := b.att[:n]
-			maxv := float32(math.Inf(-1))
-			for p := 0; p < n; p++ {
-				kp := kc[p*kvd+kvOff : p*kvd+kvOff+hd]
-				var d float32
-				for j, qv := range qh {
-					d += qv * kp[j]
-				}
-				d *= scale
-				att[p] = d
-				maxv = max(maxv, d)
-			}
-			var sum float32
-			for p := range att {
-				e := float32(math.Exp(float64(att[p] - maxv)))
-				att[p] = e
-				sum += e
-			}
-			o := out[t*qd+h*hd : t*qd+(h+1)*hd]
-			clear(o)
-			inv := 1 / sum
-			for p, a := range att {
-				a *= inv
-				vp := vc[p*kvd+kvOff : p*kvd+kvOff+hd]
-				for j := range o {
-					o[j] += a * vp[j]
-				}
-			}
-		}
-	}
+	kernels.Attention(s.pool, out, q, s.kcache[i], s.vcache[i],
+		kernels.AttnShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: hd, Pos: s.pos, T: T})
 	// Output projection into xb, then the residual.
 	s.project(xb, l.O, out, T, l.OBias)
 	for j := range x {
@@ -283,7 +245,7 @@ func (s *Session) ffn(i, T int) {
 		g, u := b.gate[:n], b.up[:n]
 		kernels.MatVecRows(s.pool, g, f.Gate, active, xb)
 		kernels.MatVecRows(s.pool, u, f.Up, active, xb)
-		swiglu(g, u)
+		kernels.SwiGLU(s.pool, g, u)
 		if s.Observe != nil {
 			s.Observe.ObserveFFN(i, g, 1, s.originalRows(f, active))
 		}
@@ -294,7 +256,7 @@ func (s *Session) ffn(i, T int) {
 		g, u := b.gate[:T*kept], b.up[:T*kept]
 		s.project(g, f.Gate, xb, T, nil)
 		s.project(u, f.Up, xb, T, nil)
-		swiglu(g, u)
+		kernels.SwiGLU(s.pool, g, u)
 		if active != nil { // masked reference: zero what decode would skip
 			mask := s.maskFor(f, active)
 			for t := 0; t < T; t++ {
@@ -365,12 +327,5 @@ func rope(x, cos, sin []float32) {
 		a, b := x[i], x[i+half]
 		x[i] = a*cos[i] - b*sin[i]
 		x[i+half] = b*cos[i] + a*sin[i]
-	}
-}
-
-// swiglu writes silu(g)·u into g (HF LlamaMLP with hidden_act silu).
-func swiglu(g, u []float32) {
-	for j, v := range g {
-		g[j] = v / (1 + float32(math.Exp(float64(-v)))) * u[j]
 	}
 }

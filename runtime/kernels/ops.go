@@ -105,6 +105,8 @@ const (
 	opMatMulT
 	opRead
 	opAddRowsPart
+	opAttention
+	opSwiGLU
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
@@ -117,6 +119,8 @@ type job struct {
 	x    []float32
 	rows []int32
 	t    int
+	k, v []float32 // Attention: the KV cache
+	attn AttnShape // Attention: the shape
 }
 
 // do runs the part [lo, hi) of the job's parallel dimension.
@@ -147,6 +151,10 @@ func (j *job) do(lo, hi int, s *scratch) {
 		} else {
 			accumRows(j.ks, d, es, acc, dataPtr(w), rb, w.Rows, j.rows[lo:hi], j.x[lo:hi], true)
 		}
+	case opAttention:
+		attentionRange(j.ks, j, lo, hi, s)
+	case opSwiGLU:
+		swigluRange(j.dst[lo:hi], j.x[lo:hi])
 	case opMatMul:
 		matMulRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
 	case opMatMulT:

@@ -24,6 +24,7 @@ type scratch struct {
 	out  [32]float32 // gemm micro-kernel results
 	pack []float32   // MatMulRowsT's float32 copy of a weight block
 	acc  []float32   // AddRows's partial sum
+	att  []float32   // Attention's scores for one token-head pair
 }
 
 // minChunk is the smallest range worth handing to another worker.
