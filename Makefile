@@ -32,3 +32,63 @@ bench:
 
 clean:
 	rm -rf bin out
+
+# CUDA (--device cuda): nvcc compiles cuda/kernels/*.cu into
+# cuda/build/libsinfcuda.a, then every command is built with -tags cuda
+# (linking it, libcudart and libcublas). nvcc: tools/install-cuda.sh.
+# Debian bookworm's CUDA 11.8 supports every arch below (sm_87: 11.4+,
+# sm_90: 11.8+); the compute_90 PTX lets newer GPUs JIT the kernels.
+# CGO_CFLAGS carries the library's hash so that go rebuilds (relinks) the
+# cuda package whenever the library changes.
+NVCC ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+CUDA_ARCHS ?= 80 86 87 90
+CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall $(CUDA_GENCODE)
+CUDA_LIB = cuda/build/libsinfcuda.a
+CUDA_OBJS = $(patsubst cuda/kernels/%.cu,cuda/build/%.o,$(wildcard cuda/kernels/*.cu))
+CUDA_GO = CGO_CFLAGS="-O2 -g -DSINF_CUDA_LIB=$$(sha256sum $(CUDA_LIB) | cut -c1-16)" $(GO)
+
+.PHONY: cuda cuda-lib cuda-vet cuda-test
+
+cuda/build/%.o: cuda/kernels/%.cu cuda/kernels/common.cuh cuda/sinfcuda.h
+	@mkdir -p cuda/build
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(CUDA_LIB): $(CUDA_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+cuda-lib: $(CUDA_LIB)
+
+cuda: $(CUDA_LIB)
+	$(CUDA_GO) build -tags cuda -o bin/ ./cmd/...
+
+# What CI runs after tools/install-cuda.sh (no GPU needed: the GPU tests skip).
+cuda-vet: $(CUDA_LIB)
+	$(CUDA_GO) vet -tags cuda ./...
+	$(CUDA_GO) test -tags cuda -run XXX ./...
+
+# On a GPU machine: every cuda test (they skip without a GPU).
+cuda-test: $(CUDA_LIB)
+	$(CUDA_GO) test -tags cuda -count=1 ./cuda/
+
+# Binaries for a GPU machine without Go or with another CUDA version (what
+# tools/cuda-check.sh runs when it cannot build there): no cuBLAS, the CUDA
+# runtime linked statically, stripped; only the driver is needed to run them.
+CUDA_PORTABLE = cuda/build/portable
+CUDA_PORTABLE_OBJS = $(patsubst cuda/kernels/%.cu,$(CUDA_PORTABLE)/%.o,$(wildcard cuda/kernels/*.cu))
+CUDA_PORTABLE_GO = CGO_CFLAGS="-O2 -g -DSINF_CUDA_LIB=$$(sha256sum $(CUDA_PORTABLE)/libsinfcuda.a | cut -c1-16)" $(GO)
+
+.PHONY: cuda-portable
+
+$(CUDA_PORTABLE)/%.o: cuda/kernels/%.cu cuda/kernels/common.cuh cuda/sinfcuda.h
+	@mkdir -p $(CUDA_PORTABLE)
+	$(NVCC) $(NVCCFLAGS) -DSINF_NO_CUBLAS -c $< -o $@
+
+$(CUDA_PORTABLE)/libsinfcuda.a: $(CUDA_PORTABLE_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+cuda-portable: $(CUDA_PORTABLE)/libsinfcuda.a
+	$(CUDA_PORTABLE_GO) build -tags cuda,cudaportable -ldflags='-s -w' -o $(CUDA_PORTABLE)/ ./cmd/sinf ./cmd/sinf-run
+	$(CUDA_PORTABLE_GO) test -c -tags cuda,cudaportable -ldflags='-s -w' -o $(CUDA_PORTABLE)/cuda.test ./cuda/

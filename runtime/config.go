@@ -198,9 +198,9 @@ func parseTokenList(raw json.RawMessage) ([]int, error) {
 	return many, nil
 }
 
-// ropeInvFreq returns the inverse frequencies θ_i = theta^(-2i/d), i < d/2,
+// RopeInvFreq returns the inverse frequencies θ_i = theta^(-2i/d), i < d/2,
 // adjusted by llama3 scaling when configured (HF _compute_llama3_parameters).
-func (c Config) ropeInvFreq() []float64 {
+func (c Config) RopeInvFreq() []float64 {
 	half := c.HeadDim / 2
 	inv := make([]float64, half)
 	for i := range inv {

@@ -70,7 +70,7 @@ type LoadOptions struct {
 // every tensor's presence and shape and returns an error naming the tensor,
 // the expected and the found shape.
 func Load(cfg Config, src Source, opt LoadOptions) (*Model, error) {
-	m := &Model{Config: cfg, Layers: make([]Layer, cfg.Layers), invFreq: cfg.ropeInvFreq()}
+	m := &Model{Config: cfg, Layers: make([]Layer, cfg.Layers), invFreq: cfg.RopeInvFreq()}
 	H, hd := cfg.Hidden, cfg.HeadDim
 	qd, kvd := cfg.Heads*hd, cfg.KVHeads*hd
 	var err error

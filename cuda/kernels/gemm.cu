@@ -1,0 +1,140 @@
+// Prefill matrix products. F32 weights go to cuBLAS (cublasGemmEx, float32
+// compute, no TF32; the tiled kernel when built with SINF_NO_CUBLAS);
+// F16/BF16 weights to a tiled kernel that converts each
+// weight exactly to float32 and multiplies float32 activations, so prefill
+// keeps the CPU's precision (converting activations to half for the tensor
+// cores would round them).
+#include "common.cuh"
+
+namespace {
+
+constexpr int BM = 64, BN = 64, BK = 16, kGemmThreads = 256;
+
+// gemm_kernel computes C[M, N] (+)= X[M, K]·op(W) (+ bias[N]) where op(W) is
+// Wᵀ for W [N, K] (WT) or W for W [K, N] (!WT). Each thread owns a 4×4
+// interleaved block of the 64×64 tile.
+template <typename T, bool WT>
+__global__ void __launch_bounds__(kGemmThreads)
+    gemm_kernel(float *__restrict__ C, const float *__restrict__ X, const T *__restrict__ W, int M, int N, int K,
+                const float *__restrict__ bias, int accumulate) {
+	__shared__ float Xs[BK][BM + 4];
+	__shared__ float Ws[BK][BN + 4];
+	const int tid = threadIdx.x;
+	const int tx = tid & 15, ty = tid >> 4;
+	const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+	float acc[4][4];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
+
+	for (int k0 = 0; k0 < K; k0 += BK) {
+#pragma unroll
+		for (int r = 0; r < (BM * BK) / kGemmThreads; r++) {
+			const int e = tid + kGemmThreads * r;
+			const int mm = e / BK, kk = e % BK;
+			const int gm = m0 + mm, gk = k0 + kk;
+			Xs[kk][mm] = (gm < M && gk < K) ? X[(size_t)gm * K + gk] : 0.f;
+		}
+#pragma unroll
+		for (int r = 0; r < (BN * BK) / kGemmThreads; r++) {
+			const int e = tid + kGemmThreads * r;
+			if constexpr (WT) {
+				const int nn = e / BK, kk = e % BK;
+				const int gn = n0 + nn, gk = k0 + kk;
+				Ws[kk][nn] = (gn < N && gk < K) ? load1(W + (size_t)gn * K + gk) : 0.f;
+			} else {
+				const int kk = e / BN, nn = e % BN;
+				const int gn = n0 + nn, gk = k0 + kk;
+				Ws[kk][nn] = (gn < N && gk < K) ? load1(W + (size_t)gk * N + gn) : 0.f;
+			}
+		}
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < BK; kk++) {
+			float a[4], b[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++) a[i] = Xs[kk][ty + 16 * i];
+#pragma unroll
+			for (int j = 0; j < 4; j++) b[j] = Ws[kk][tx + 16 * j];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+#pragma unroll
+				for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int m = m0 + ty + 16 * i;
+		if (m >= M) continue;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const int n = n0 + tx + 16 * j;
+			if (n >= N) continue;
+			float v = acc[i][j];
+			if (bias) v += bias[n];
+			float *cp = C + (size_t)m * N + n;
+			*cp = accumulate ? *cp + v : v;
+		}
+	}
+}
+
+#ifndef SINF_NO_CUBLAS
+__global__ void add_bias_kernel(float *__restrict__ C, const float *__restrict__ bias, int M, int N) {
+	const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= (size_t)M * N) return;
+	C[i] += bias[i % N];
+}
+
+int blas_rc(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? 0 : SINF_CUBLAS_BASE + (int)s; }
+#endif
+
+} // namespace
+
+extern "C" int sinf_gemm(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr x, int T, sinf_dptr bias, int accumulate) {
+	cudaSetDevice(c->device);
+	const int M = T, N = w.rows, K = w.cols;
+	if (M <= 0 || N <= 0) return 0;
+#ifndef SINF_NO_CUBLAS
+	if (w.dtype == SINF_F32) {
+		// Row-major C[M,N] = X[M,K]·W[N,K]ᵀ is column-major Cᵀ[N,M] = W·Xᵀ
+		// with W read as the column-major K×N matrix, transposed.
+		const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+		int rc = blas_rc(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, dp(w.data), CUDA_R_32F, K,
+		                              dp(x), CUDA_R_32F, K, &beta, dp(dst), CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+		                              CUBLAS_GEMM_DEFAULT));
+		if (rc != 0 || !bias) return rc;
+		const size_t total = (size_t)M * N;
+		add_bias_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>((float *)dp(dst), (const float *)dp(bias), M,
+		                                                                         N);
+		return sinf_launch_rc();
+	}
+#endif
+	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
+	SINF_DISPATCH(w.dtype, gemm_kernel<W, true><<<grid, kGemmThreads, 0, c->stream>>>(
+	                           (float *)dp(dst), (const float *)dp(x), (const W *)dp(w.data), M, N, K,
+	                           (const float *)dp(bias), accumulate));
+	return sinf_launch_rc();
+}
+
+extern "C" int sinf_gemm_rows_t(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr a, int T, int accumulate) {
+	cudaSetDevice(c->device);
+	const int M = T, N = w.cols, K = w.rows;
+	if (M <= 0 || N <= 0) return 0;
+#ifndef SINF_NO_CUBLAS
+	if (w.dtype == SINF_F32) {
+		// Row-major C[M,N] = A[M,K]·W[K,N] is column-major Cᵀ = Wᵀ·Aᵀ with
+		// both read as they lie.
+		const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+		return blas_rc(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, dp(w.data), CUDA_R_32F, N, dp(a),
+		                            CUDA_R_32F, K, &beta, dp(dst), CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+		                            CUBLAS_GEMM_DEFAULT));
+	}
+#endif
+	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
+	SINF_DISPATCH(w.dtype, gemm_kernel<W, false><<<grid, kGemmThreads, 0, c->stream>>>(
+	                           (float *)dp(dst), (const float *)dp(a), (const W *)dp(w.data), M, N, K, nullptr,
+	                           accumulate));
+	return sinf_launch_rc();
+}

@@ -1,0 +1,173 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/synth"
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+// modelCase is one model the GPU (or the reference backend) must run as the
+// CPU does, with the sparsity modes to try.
+type modelCase struct {
+	name  string
+	model *runtime.Model
+	modes []runtime.Sparsity
+}
+
+var (
+	denseOnly = []runtime.Sparsity{{Mode: runtime.Dense}}
+	allModes  = []runtime.Sparsity{
+		{Mode: runtime.Dense},
+		{Mode: runtime.SelectInfer, Phi: 0.5, Alpha: 0.2},
+		{Mode: runtime.CoreInfer, Phi: 0.4, Alpha: 0.3},
+	}
+)
+
+func testPool(t testing.TB) *kernels.Pool {
+	p := kernels.NewPool(2)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// The test models are built once per test binary, in a folder removed by
+// TestMain; their files stay open (mapped) until the process exits.
+var (
+	modelsOnce sync.Once
+	modelsDir  string
+	models     []modelCase
+	modelsErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if modelsDir != "" {
+		os.RemoveAll(modelsDir)
+	}
+	os.Exit(code)
+}
+
+// sliced converts ck with a random γ = 0.7, δ = 0.3 selection of every layer
+// stored as dtype and loads the .sinf file.
+func sliced(ck *hf.Checkpoint, layers int, dtype format.DType, out string) (*runtime.Model, error) {
+	_, err := convert.Convert(ck, out, convert.Options{Gamma: 0.7, Delta: 0.3, FirstLayer: 0, LastLayer: layers,
+		ExplicitRange: true, Random: true, Seed: 7, DType: dtype})
+	if err != nil {
+		return nil, err
+	}
+	f, err := format.Open(out)
+	if err != nil {
+		return nil, err
+	}
+	return runtime.LoadFile(f)
+}
+
+// synthetic writes a random checkpoint of a test shape (its own small
+// vocabulary) with the shared Llama-3 tokenizer.
+func synthetic(shape string, dtype format.DType, tokenizer, dir string) (*hf.Checkpoint, *runtime.Model, error) {
+	s, err := synth.Lookup(shape)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err = synth.Write(dir, synth.Options{Shape: s, TokenizerDir: tokenizer, DType: dtype, Seed: 3, Vocab: s.Vocab, Workers: 2}); err != nil {
+		return nil, nil, err
+	}
+	return hf.Load(dir)
+}
+
+// testModels returns the shared trained models (F32; the Qwen2 fixture BF16),
+// sliced F32 and F16 conversions of two of them, and random checkpoints of
+// the test shapes (llama3 RoPE scaling and an untied head in F16; Qwen2
+// biases in BF16) with their sliced conversions. It skips without
+// ../shared.
+func testModels(t testing.TB) []modelCase {
+	t.Helper()
+	root := sharedtest.Root(t)
+	modelsOnce.Do(func() { models, modelsErr = buildModels(root) })
+	require.NoError(t, modelsErr)
+	return models
+}
+
+func buildModels(root string) ([]modelCase, error) {
+	dir, err := os.MkdirTemp("", "sinf-cuda-test-")
+	if err != nil {
+		return nil, err
+	}
+	modelsDir = dir
+	var cases []modelCase
+	for _, name := range []string{"tinystories-656k", "stories260k", "babyllama-936k", "tiny-random-qwen2"} {
+		ck, m, err := hf.Load(filepath.Join(root, "models", name))
+		if err != nil {
+			return nil, err
+		}
+		cases = append(cases, modelCase{name, m, denseOnly})
+		if name == "tinystories-656k" || name == "stories260k" {
+			for _, dt := range []format.DType{format.F32, format.F16} {
+				sm, err := sliced(ck, m.Config.Layers, dt, filepath.Join(dir, fmt.Sprintf("%s-%v.sinf", name, dt)))
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", name, err)
+				}
+				cases = append(cases, modelCase{fmt.Sprintf("%s/sliced-%v", name, dt), sm, allModes})
+			}
+		}
+	}
+	for _, sh := range []struct {
+		shape string
+		dtype format.DType
+	}{{"test-tiny", format.F16}, {"test-tiny-qwen2", format.BF16}} {
+		ck, m, err := synthetic(sh.shape, sh.dtype, filepath.Join(root, "tokenizers", "llama3"), filepath.Join(dir, sh.shape))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sh.shape, err)
+		}
+		cases = append(cases, modelCase{sh.shape + "/" + sh.dtype.String(), m, denseOnly})
+		sm, err := sliced(ck, m.Config.Layers, sh.dtype, filepath.Join(dir, sh.shape+".sinf"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sh.shape, err)
+		}
+		cases = append(cases, modelCase{sh.shape + "/sliced-" + sh.dtype.String(), sm, allModes})
+	}
+	return cases, nil
+}
+
+// testPrompt returns a fixed prompt of n valid ids.
+func testPrompt(n, vocab int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = (1 + 7*i + i*i) % vocab
+	}
+	return p
+}
+
+// cpuGreedy decodes n tokens greedily on the CPU after a dense prefill of
+// prompt, with the given active rows per layer (nil: all).
+func cpuGreedy(t testing.TB, m *runtime.Model, prompt []int, n int, active [][]int32) []int {
+	t.Helper()
+	s := m.NewSession(testPool(t), 0)
+	logits, err := s.Forward(prompt, false)
+	require.NoError(t, err)
+	for i, rows := range active {
+		s.SetActive(i, rows)
+	}
+	var ids []int
+	for len(ids) < n {
+		id := runtime.Argmax(logits)
+		ids = append(ids, id)
+		if len(ids) == n {
+			break
+		}
+		logits, err = s.Forward([]int{id}, false)
+		require.NoError(t, err)
+	}
+	return ids
+}

@@ -1,0 +1,667 @@
+// Package cuda runs sinf models on an NVIDIA GPU: the forward pass of
+// runtime.Session (RMSNorm, rotate-half RoPE, GQA attention over a device KV
+// cache, SwiGLU, SelectInfer's selective FFN) on the kernels of
+// libsinfcuda (kernels/*.cu, C API sinfcuda.h).
+//
+// Build with -tags cuda after `make cuda` (which compiles the kernels with
+// nvcc into build/libsinfcuda.a); without the tag, Open and Available return
+// an error saying so. The weights stay where the model maps them: on an
+// integrated GPU (Jetson) the mapped file is registered with the driver and
+// read in place; on a discrete GPU every tensor is copied once to device
+// memory (Options.Mapped keeps the registered file there too).
+//
+// A Session implements runtime.Generator: Generate and Score follow
+// runtime.Session's contract (prefill computes every loaded neuron and, in a
+// sparse mode, counts activations on the device to pick each layer's active
+// rows; decode computes only those rows). Greedy decoding takes the argmax on
+// the device; other sampling copies the logits to the CPU.
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+// DefaultContext is the KV cache length when Options.Context is 0 (a device
+// KV cache is allocated whole, so the model's max_position_embeddings, often
+// 131072, would cost gigabytes).
+const DefaultContext = 4096
+
+// maxBatch is the most tokens one forward call takes (a CUDA grid dimension).
+const maxBatch = 65535
+
+// Options configure Open.
+type Options struct {
+	Device  int  // CUDA device ordinal
+	Context int  // KV cache positions (0: min(max_position_embeddings, DefaultContext))
+	Mapped  bool // read the weights from the registered mapped file on a discrete GPU too
+}
+
+// Info describes the device and where the weights are.
+type Info struct {
+	GPU         string // device name
+	Capability  string // compute capability, "9.0"
+	Integrated  bool   // shares memory with the CPU (Jetson)
+	MemoryBytes int64  // device memory
+	Runtime     string // CUDA runtime and driver versions, "12.4"
+	Driver      string
+	Weights     string // "mapped" (registered file, no copy), "managed" (one managed copy) or "device" (device copy)
+	Note        string // why a fallback path was taken, or ""
+}
+
+// Session is one sequence on the GPU (runtime.Session's counterpart).
+type Session struct {
+	m    *runtime.Model
+	be   backend
+	info Info
+	ctx  int // KV cache positions
+	pos  int // positions filled
+
+	embed, lmhead weight
+	norm          Ptr
+	layers        []devLayer
+	maxKept       int
+
+	// Batch buffers, room for T tokens.
+	T                            int
+	x, xb, xb2, q, gate, up, ids Ptr
+	logits, argmaxOut            Ptr
+	kc, vc                       []Ptr // per layer [ctx, kv·hd]
+	cos, sin                     Ptr   // [ctx, hd/2]
+	counts, active               []Ptr // per sliced layer [kept] int32
+	activeN                      []int // rows in active[i]; -1: all rows
+
+	allocs     []Ptr
+	hostLogits []float32
+	closed     bool
+}
+
+type devLayer struct {
+	attnNorm, mlpNorm     Ptr
+	q, k, v, o            weight
+	qb, kb, vb, ob        Ptr
+	gate, up, down, downT weight
+	sliced                bool
+	base, kept            int
+}
+
+var _ runtime.Generator = (*Session)(nil)
+
+// Open starts a GPU session for m: it creates a CUDA context on the device,
+// places the weights (Info.Weights says how) and allocates the KV cache. The
+// error names the reason when there is no usable GPU (built without the cuda
+// tag, no driver, no device).
+func Open(m *runtime.Model, o Options) (*Session, error) {
+	be, err := newBackend(o.Device)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newSession(m, be, o)
+	if err != nil {
+		be.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error) {
+	c := m.Config
+	ctx := o.Context
+	if ctx <= 0 {
+		ctx = min(c.MaxPositions, DefaultContext)
+	}
+	ctx = min(ctx, c.MaxPositions)
+	if c.HeadDim > 256 {
+		return nil, fmt.Errorf("cuda: head_dim %d above 256 is not supported", c.HeadDim)
+	}
+	s := &Session{m: m, be: be, info: be.deviceInfo(), ctx: ctx, layers: make([]devLayer, c.Layers)}
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	if err := s.placeWeights(o.Mapped); err != nil {
+		return nil, err
+	}
+	if s.norm, err = s.vec(m.Norm); err != nil {
+		return nil, err
+	}
+	for i := range m.Layers {
+		l, d := &m.Layers[i], &s.layers[i]
+		for _, v := range []struct {
+			dst *Ptr
+			src []float32
+		}{{&d.attnNorm, l.AttnNorm}, {&d.mlpNorm, l.MLPNorm}, {&d.qb, l.QBias}, {&d.kb, l.KBias}, {&d.vb, l.VBias}, {&d.ob, l.OBias}} {
+			if *v.dst, err = s.vec(v.src); err != nil {
+				return nil, err
+			}
+		}
+		d.sliced, d.base, d.kept = l.MLP.Sliced, l.MLP.Base, l.MLP.Kept()
+		s.maxKept = max(s.maxKept, d.kept)
+	}
+	kvd := c.KVHeads * c.HeadDim
+	s.kc, s.vc = make([]Ptr, c.Layers), make([]Ptr, c.Layers)
+	s.counts, s.active = make([]Ptr, c.Layers), make([]Ptr, c.Layers)
+	s.activeN = make([]int, c.Layers)
+	for i := range s.kc {
+		if s.kc[i], err = s.alloc(4 * ctx * kvd); err != nil {
+			return nil, err
+		}
+		if s.vc[i], err = s.alloc(4 * ctx * kvd); err != nil {
+			return nil, err
+		}
+		s.activeN[i] = -1
+		if d := &s.layers[i]; d.sliced {
+			if s.counts[i], err = s.alloc(4 * d.kept); err != nil {
+				return nil, err
+			}
+			if s.active[i], err = s.alloc(4 * d.kept); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// RoPE tables, computed as runtime.NewSession does.
+	cos, sin := ropeTables(c, ctx)
+	if s.cos, err = s.vec(cos); err != nil {
+		return nil, err
+	}
+	if s.sin, err = s.vec(sin); err != nil {
+		return nil, err
+	}
+	if s.logits, err = s.alloc(4 * c.Vocab); err != nil {
+		return nil, err
+	}
+	if s.argmaxOut, err = s.alloc(256); err != nil {
+		return nil, err
+	}
+	if err := s.ensure(1); err != nil {
+		return nil, err
+	}
+	return s, be.sync()
+}
+
+// placeWeights hands every weight matrix's bytes (each distinct view once:
+// a tied head shares the embedding) to the backend and binds the layers'
+// matrices to their device addresses.
+func (s *Session) placeWeights(mapped bool) error {
+	m := s.m
+	type ref struct {
+		mat *kernels.Mat
+		dst *weight
+	}
+	var refs []ref
+	add := func(mat *kernels.Mat, dst *weight) {
+		if len(mat.Data) > 0 {
+			refs = append(refs, ref{mat, dst})
+		}
+	}
+	add(&m.Embed, &s.embed)
+	add(&m.LMHead, &s.lmhead)
+	for i := range m.Layers {
+		l, d := &m.Layers[i], &s.layers[i]
+		add(&l.Q, &d.q)
+		add(&l.K, &d.k)
+		add(&l.V, &d.v)
+		add(&l.O, &d.o)
+		add(&l.MLP.Gate, &d.gate)
+		add(&l.MLP.Up, &d.up)
+		add(&l.MLP.Down, &d.down)
+		add(&l.MLP.DownT, &d.downT)
+	}
+	index := map[*byte]int{}
+	var blobs [][]byte
+	which := make([]int, len(refs))
+	for i, r := range refs {
+		key := &r.mat.Data[0]
+		j, ok := index[key]
+		if !ok || len(blobs[j]) != len(r.mat.Data) {
+			j = len(blobs)
+			index[key] = j
+			blobs = append(blobs, r.mat.Data)
+		}
+		which[i] = j
+	}
+	pl, err := s.be.placeWeights(blobs, mapped)
+	if err != nil {
+		return err
+	}
+	s.info.Weights, s.info.Note = pl.weights, pl.note
+	for i, r := range refs {
+		*r.dst = weight{p: pl.ptrs[which[i]], dtype: r.mat.DType, rows: r.mat.Rows, cols: r.mat.Cols}
+	}
+	return nil
+}
+
+// ropeTables returns cos and sin [ctx, hd/2] of runtime.NewSession.
+func ropeTables(c runtime.Config, ctx int) (cos, sin []float32) {
+	inv := c.RopeInvFreq()
+	half := len(inv)
+	cos, sin = make([]float32, ctx*half), make([]float32, ctx*half)
+	for p := 0; p < ctx; p++ {
+		for i, f := range inv {
+			a := float64(p) * f
+			cos[p*half+i] = float32(math.Cos(a))
+			sin[p*half+i] = float32(math.Sin(a))
+		}
+	}
+	return cos, sin
+}
+
+func (s *Session) alloc(bytes int) (Ptr, error) {
+	p, err := s.be.alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	s.allocs = append(s.allocs, p)
+	return p, nil
+}
+
+func (s *Session) freeAlloc(p Ptr) {
+	if p == 0 {
+		return
+	}
+	if i := slices.Index(s.allocs, p); i >= 0 {
+		s.allocs = slices.Delete(s.allocs, i, i+1)
+	}
+	s.be.free(p)
+}
+
+// vec copies a float32 vector to the device (nil: 0).
+func (s *Session) vec(v []float32) (Ptr, error) {
+	if v == nil {
+		return 0, nil
+	}
+	p, err := s.alloc(4 * len(v))
+	if err != nil {
+		return 0, err
+	}
+	return p, s.be.upload(p, f32Bytes(v))
+}
+
+func f32Bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+func i32Bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// ensure makes the batch buffers hold T tokens.
+func (s *Session) ensure(T int) error {
+	if T <= s.T {
+		return nil
+	}
+	c := s.m.Config
+	H, qd := c.Hidden, c.Heads*c.HeadDim
+	for _, p := range []Ptr{s.x, s.xb, s.xb2, s.q, s.gate, s.up, s.ids} {
+		s.freeAlloc(p)
+	}
+	s.x, s.xb, s.xb2, s.q, s.gate, s.up, s.ids, s.T = 0, 0, 0, 0, 0, 0, 0, 0
+	var err error
+	for _, b := range []struct {
+		dst   *Ptr
+		elems int
+	}{{&s.x, T * H}, {&s.xb, T * H}, {&s.xb2, T * max(H, qd)}, {&s.q, T * qd},
+		{&s.gate, T * s.maxKept}, {&s.up, T * s.maxKept}, {&s.ids, T}} {
+		if *b.dst, err = s.alloc(4 * b.elems); err != nil {
+			return err
+		}
+	}
+	s.T = T
+	return nil
+}
+
+// Info returns the device and weight placement.
+func (s *Session) Info() Info { return s.info }
+
+// Context returns the KV cache length in positions.
+func (s *Session) Context() int { return s.ctx }
+
+// Pos returns the number of positions in the KV cache.
+func (s *Session) Pos() int { return s.pos }
+
+// Reset empties the KV cache and the active sets.
+func (s *Session) Reset() {
+	s.pos = 0
+	for i := range s.activeN {
+		s.activeN[i] = -1
+	}
+}
+
+// Close releases the device memory, the registered file and the context.
+func (s *Session) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.release()
+	s.be.close()
+}
+
+func (s *Session) release() {
+	for _, p := range s.allocs {
+		s.be.free(p)
+	}
+	s.allocs = nil
+	s.be.releaseWeights()
+}
+
+// forward runs tokens at positions Pos()… through the model, leaving the
+// last token's logits in s.logits. With count set, each sliced layer's
+// activations are counted into s.counts (runtime.Counter with alpha).
+func (s *Session) forward(tokens []int, count bool, alpha float64) error {
+	c := s.m.Config
+	T := len(tokens)
+	if T == 0 {
+		return errors.New("forward: no tokens")
+	}
+	if s.pos+T > s.ctx {
+		return fmt.Errorf("%w: %d positions filled + %d new > context %d", runtime.ErrContextFull, s.pos, T, s.ctx)
+	}
+	if T > maxBatch {
+		return fmt.Errorf("forward: %d tokens in one batch; the GPU kernels take at most %d", T, maxBatch)
+	}
+	for _, t := range tokens {
+		if t < 0 || t >= c.Vocab {
+			return fmt.Errorf("forward: token id %d outside [0, %d)", t, c.Vocab)
+		}
+	}
+	if err := s.ensure(T); err != nil {
+		return err
+	}
+	be := s.be
+	if T == 1 {
+		be.embed(s.x, s.embed, 0, tokens[0], 1)
+	} else {
+		ids := make([]int32, T)
+		for i, t := range tokens {
+			ids[i] = int32(t)
+		}
+		if err := be.upload(s.ids, i32Bytes(ids)); err != nil {
+			return err
+		}
+		be.embed(s.x, s.embed, s.ids, 0, T)
+	}
+	for i := range s.layers {
+		s.attention(i, T)
+		s.ffn(i, T, count, alpha)
+	}
+	H := c.Hidden
+	be.rmsnorm(s.xb, s.x.add(4*(T-1)*H), s.norm, 1, H, c.RMSNormEps)
+	be.matvec(s.logits, s.lmhead, 0, c.Vocab, s.xb, 0, false)
+	s.pos += T
+	return nil
+}
+
+// project computes dst[T, w.rows] (+)= src[T, w.cols]·wᵀ (+ bias).
+func (s *Session) project(dst Ptr, w weight, src Ptr, T int, bias Ptr, accumulate bool) {
+	if T == 1 {
+		s.be.matvec(dst, w, 0, w.rows, src, bias, accumulate)
+	} else {
+		s.be.gemm(dst, w, src, T, bias, accumulate)
+	}
+}
+
+func (s *Session) attention(i, T int) {
+	c := s.m.Config
+	d := &s.layers[i]
+	be := s.be
+	H, hd := c.Hidden, c.HeadDim
+	qd, kvd := c.Heads*hd, c.KVHeads*hd
+	be.rmsnorm(s.xb, s.x, d.attnNorm, T, H, c.RMSNormEps)
+	// K and V go straight to their cache rows.
+	kdst, vdst := s.kc[i].add(4*s.pos*kvd), s.vc[i].add(4*s.pos*kvd)
+	s.project(s.q, d.q, s.xb, T, d.qb, false)
+	s.project(kdst, d.k, s.xb, T, d.kb, false)
+	s.project(vdst, d.v, s.xb, T, d.vb, false)
+	be.rope(s.q, s.cos, s.sin, s.pos, T, c.Heads, hd, qd)
+	be.rope(kdst, s.cos, s.sin, s.pos, T, c.KVHeads, hd, kvd)
+	be.attention(s.xb2, s.q, s.kc[i], s.vc[i], s.pos, T, c.Heads, c.KVHeads, hd)
+	// Output projection added to the residual stream.
+	s.project(s.x, d.o, s.xb2, T, d.ob, true)
+}
+
+func (s *Session) ffn(i, T int, count bool, alpha float64) {
+	c := s.m.Config
+	d := &s.layers[i]
+	be := s.be
+	H := c.Hidden
+	be.rmsnorm(s.xb, s.x, d.mlpNorm, T, H, c.RMSNormEps)
+	if n := s.activeN[i]; n >= 0 && T == 1 {
+		// Decode over the active rows: gathered gate/up rows, fused SwiGLU,
+		// then the matching rows of the transposed down_proj.
+		be.gateUp(s.gate, d.gate, d.up, s.active[i], n, s.xb)
+		be.addRows(s.x, d.downT, s.active[i], n, s.gate, true)
+		return
+	}
+	kept := d.kept
+	if T == 1 {
+		be.gateUp(s.gate, d.gate, d.up, 0, kept, s.xb)
+	} else {
+		be.gemm(s.gate, d.gate, s.xb, T, 0, false)
+		be.gemm(s.up, d.up, s.xb, T, 0, false)
+		be.siluMul(s.gate, s.up, T*kept)
+	}
+	if count && d.sliced {
+		be.countTop(s.counts[i], s.gate, T, kept, alpha)
+	}
+	switch {
+	case d.sliced && T == 1:
+		be.addRows(s.x, d.downT, 0, kept, s.gate, true)
+	case d.sliced:
+		be.gemmRowsT(s.x, d.downT, s.gate, T, true)
+	default:
+		s.project(s.x, d.down, s.gate, T, 0, true)
+	}
+}
+
+// nextToken picks the next token from s.logits: the argmax on the device
+// (greedy), or the sampler over logits copied to the CPU.
+func (s *Session) nextToken(sampler *runtime.Sampler) (int, error) {
+	if sampler == nil || sampler.Temperature <= 0 {
+		s.be.argmax(s.argmaxOut, s.logits, s.m.Config.Vocab)
+		var id [1]int32
+		if err := s.be.download(i32Bytes(id[:]), s.argmaxOut); err != nil {
+			return 0, err
+		}
+		return int(id[0]), nil
+	}
+	logits, err := s.Logits()
+	if err != nil {
+		return 0, err
+	}
+	return sampler.Sample(logits), nil
+}
+
+// Logits copies the last token's logits [vocab] to the CPU; the slice is
+// reused by the next call.
+func (s *Session) Logits() ([]float32, error) {
+	if len(s.hostLogits) != s.m.Config.Vocab {
+		s.hostLogits = make([]float32, s.m.Config.Vocab)
+	}
+	return s.hostLogits, s.be.download(f32Bytes(s.hostLogits), s.logits)
+}
+
+// Forward runs tokens through the model as runtime.Session.Forward does and
+// returns the last token's logits (reused by the next call).
+func (s *Session) Forward(tokens []int) ([]float32, error) {
+	if err := s.forward(tokens, false, 0); err != nil {
+		return nil, err
+	}
+	return s.Logits()
+}
+
+// SetActive sets the rows of layer i's MLP that decode computes (nil: all);
+// the layer must be sliced.
+func (s *Session) SetActive(layer int, rows []int32) error {
+	if rows == nil {
+		s.activeN[layer] = -1
+		return nil
+	}
+	d := &s.layers[layer]
+	if !d.sliced || len(rows) > d.kept {
+		return fmt.Errorf("cuda: layer %d: %d active rows for a layer that is not sliced or stores fewer", layer, len(rows))
+	}
+	for _, r := range rows {
+		if r < 0 || int(r) >= d.kept {
+			return fmt.Errorf("cuda: layer %d: active row %d outside [0, %d)", layer, r, d.kept)
+		}
+	}
+	if err := s.be.upload(s.active[layer], i32Bytes(rows)); err != nil {
+		return err
+	}
+	s.activeN[layer] = len(rows)
+	return nil
+}
+
+// Active copies layer i's active rows to the CPU (nil: all rows).
+func (s *Session) Active(layer int) ([]int32, error) {
+	n := s.activeN[layer]
+	if n < 0 {
+		return nil, nil
+	}
+	rows := make([]int32, n)
+	return rows, s.be.download(i32Bytes(rows), s.active[layer])
+}
+
+// Generate runs the prompt as one batched prefill computing every loaded
+// neuron; in a sparse mode it counts activations and fixes each sliced
+// layer's active rows on the device; then it decodes one token at a time
+// until MaxTokens, an EOS id, or the end of the context (runtime.Session's
+// contract). The session must be empty.
+func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.Result, error) {
+	res := runtime.Result{PromptIDs: slices.Clone(prompt)}
+	if len(prompt) == 0 {
+		return res, errors.New("generate: empty prompt")
+	}
+	if s.pos != 0 {
+		return res, errors.New("generate: session is not empty; call Reset first")
+	}
+	if len(prompt) > s.ctx {
+		return res, fmt.Errorf("%w: prompt of %d tokens, context %d", runtime.ErrContextFull, len(prompt), s.ctx)
+	}
+	sp := opt.Sparsity
+	if err := sp.Validate(s.m); err != nil {
+		return res, err
+	}
+	count := sp.Mode != runtime.Dense
+	if count {
+		for i, d := range s.layers {
+			if d.sliced {
+				s.be.zero(s.counts[i], 4*d.kept)
+			}
+		}
+	}
+	start := time.Now()
+	err := s.forward(prompt, count, sp.Alpha)
+	if err == nil {
+		err = s.be.sync()
+	}
+	if err != nil {
+		return res, err
+	}
+	res.PrefillSeconds = time.Since(start).Seconds()
+	res.PrefillTokensPerS = float64(len(prompt)) / res.PrefillSeconds
+	N := s.m.Config.Intermediate
+	for i, d := range s.layers {
+		res.LoadedNeurons = append(res.LoadedNeurons, d.kept)
+		if count && d.sliced {
+			// runtime.ActiveSet on the device.
+			target := min(runtime.RoundCount(sp.Phi, N), d.kept)
+			static := 0
+			if sp.Mode == runtime.SelectInfer {
+				static = min(d.base, target)
+			}
+			s.be.selectTop(s.active[i], s.counts[i], d.kept, static, target)
+			s.activeN[i] = target
+		}
+		if n := s.activeN[i]; n >= 0 {
+			res.ComputedNeurons = append(res.ComputedNeurons, n)
+		} else {
+			res.ComputedNeurons = append(res.ComputedNeurons, d.kept)
+		}
+	}
+	start = time.Now()
+	steps := 0
+	for len(res.IDs) < opt.MaxTokens {
+		id, err := s.nextToken(opt.Sampler)
+		if err != nil {
+			return res, err
+		}
+		res.IDs = append(res.IDs, id)
+		if opt.OnToken != nil {
+			opt.OnToken(id)
+		}
+		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx {
+			break
+		}
+		if err := s.forward([]int{id}, false, 0); err != nil {
+			return res, err
+		}
+		steps++
+	}
+	if err := s.be.sync(); err != nil {
+		return res, err
+	}
+	res.DecodeSeconds = time.Since(start).Seconds()
+	if steps > 0 {
+		res.DecodeTokensPerS = float64(steps) / res.DecodeSeconds
+	}
+	return res, nil
+}
+
+// Score returns the negative log-likelihood of each token of cont given the
+// prompt and the tokens of cont before it (runtime.Session.Score's contract:
+// the prompt is one prefill, which fixes the active sets in a sparse mode,
+// then cont is fed one token at a time through decode).
+func (s *Session) Score(prompt, cont []int, sp runtime.Sparsity) ([]float64, error) {
+	if len(cont) == 0 {
+		return nil, nil
+	}
+	if _, err := s.Generate(prompt, runtime.GenerateOptions{MaxTokens: 0, Sparsity: sp}); err != nil {
+		return nil, err
+	}
+	nll := make([]float64, 0, len(cont))
+	for i, id := range cont {
+		if i > 0 {
+			if err := s.forward(cont[i-1:i], false, 0); err != nil {
+				return nil, err
+			}
+		}
+		logits, err := s.Logits()
+		if err != nil {
+			return nil, err
+		}
+		if id < 0 || id >= len(logits) {
+			return nil, fmt.Errorf("score: token id %d outside [0, %d)", id, len(logits))
+		}
+		nll = append(nll, -logSoftmaxAt(logits, id))
+	}
+	return nll, nil
+}
+
+// logSoftmaxAt returns log softmax(logits)[id] in float64 (as runtime's).
+func logSoftmaxAt(logits []float32, id int) float64 {
+	m := float64(logits[0])
+	for _, v := range logits {
+		m = max(m, float64(v))
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - m)
+	}
+	return float64(logits[id]) - m - math.Log(sum)
+}
