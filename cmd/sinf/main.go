@@ -11,7 +11,15 @@ import (
 )
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "sinf:", err)
+		os.Exit(1)
+	}
+}
+
+// newApp builds the command tree (tests run it in-process).
+func newApp() *cli.App {
+	return &cli.App{
 		Name:  "sinf",
 		Usage: "turn HuggingFace LLM checkpoints into pre-sliced sparse checkpoints (.sinf) and run them",
 		Commands: []*cli.Command{
@@ -23,11 +31,11 @@ func main() {
 			convertCommand(),
 			inspectCommand(),
 			verifyCommand(),
+			evalCommand(),
+			studyCommand(),
+			synthCommand(),
+			benchCommand(),
 		},
 		HideHelpCommand: true,
-	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "sinf:", err)
-		os.Exit(1)
 	}
 }

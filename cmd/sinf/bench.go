@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"slices"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
+	"github.com/selectinfer/sinf/convert/synth"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "measure prefill and decode speed, peak RSS, and decode speed against the memory-bandwidth roofline",
+		UsageText: "sinf bench --model FILE.sinf|DIR [--mode dense|selectinfer|coreinfer] [--phi F] [--alpha A]\n" +
+			"   [--threads N] [--prompt-tokens 64] [--gen-tokens 32] [--repeat 3] [--json]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
+			&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
+			&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
+			&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
+			&cli.IntFlag{Name: "threads", Usage: "kernel threads, also used for the bandwidth measurement (0: all CPUs)"},
+			&cli.IntFlag{Name: "prompt-tokens", Value: 64, Usage: "prompt length P (a fixed pseudo-random sequence of valid ids)"},
+			&cli.IntFlag{Name: "gen-tokens", Value: 32, Usage: "decode steps G"},
+			&cli.IntFlag{Name: "repeat", Value: 3, Usage: "timed runs R; the medians are reported"},
+			&cli.IntFlag{Name: "warmup", Value: 1, Usage: "untimed runs first (page in the weights)"},
+			&cli.IntFlag{Name: "bandwidth-mib", Value: 512, Usage: "buffer for the read-bandwidth measurement, MiB (≥ 4× the last-level cache; 0: skip)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the timed runs to this file (go tool pprof)"},
+		},
+		Action: func(c *cli.Context) error {
+			P, G, R := c.Int("prompt-tokens"), c.Int("gen-tokens"), c.Int("repeat")
+			if P < 1 || G < 1 || R < 1 || c.Int("warmup") < 0 || c.Int("bandwidth-mib") < 0 {
+				return errors.New("--prompt-tokens, --gen-tokens and --repeat must be positive, --warmup and --bandwidth-mib not negative")
+			}
+			l, err := openModel(c.String("model"), false)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			sp, err := runcmd.Sparsity(c, l.Model)
+			if err != nil {
+				return err
+			}
+			pool := kernels.NewPool(c.Int("threads"))
+			defer pool.Close()
+			opt := benchOptions{Prompt: P, Gen: G, Repeat: R, Warmup: c.Int("warmup"), BandwidthBytes: c.Int("bandwidth-mib") << 20}
+			if p := c.String("cpuprofile"); p != "" {
+				f, err := os.Create(p)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				opt.Profile = f
+			}
+			rep, err := runBench(l, pool, sp, opt)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(os.Stdout).Encode(rep)
+			}
+			printBench(os.Stdout, rep)
+			return nil
+		},
+	}
+}
+
+type benchOptions struct {
+	Prompt, Gen, Repeat, Warmup int
+	BandwidthBytes              int       // 0: no bandwidth measurement
+	Profile                     io.Writer // CPU profile of the timed runs; nil: none
+}
+
+// benchReport is sinf bench's result (its --json output).
+type benchReport struct {
+	Model              string    `json:"model"`
+	Kind               string    `json:"kind"`
+	Mode               string    `json:"mode"`
+	Phi                float64   `json:"phi,omitempty"`
+	Alpha              float64   `json:"alpha,omitempty"`
+	Threads            int       `json:"threads"`
+	ISA                string    `json:"isa"`
+	PromptTokens       int       `json:"prompt_tokens"`
+	GenTokens          int       `json:"gen_tokens"`
+	Repeat             int       `json:"repeat"`
+	PrefillTokensPerS  float64   `json:"prefill_tokens_per_s"`
+	DecodeTokensPerS   float64   `json:"decode_tokens_per_s"`
+	PrefillRuns        []float64 `json:"prefill_runs"`
+	DecodeRuns         []float64 `json:"decode_runs"`
+	PeakRSSBytes       int64     `json:"peak_rss_bytes"`
+	MappedBytes        int64     `json:"mapped_bytes"`
+	BytesPerToken      int64     `json:"bytes_per_token"`
+	AttentionBytes     int64     `json:"attention_bytes_per_token"`
+	FFNBytes           int64     `json:"ffn_bytes_per_token"`
+	LMHeadBytes        int64     `json:"lm_head_bytes_per_token"`
+	BandwidthBytesPerS float64   `json:"bandwidth_bytes_per_s"`
+	BandwidthBuffer    int       `json:"bandwidth_buffer_bytes"`
+	RooflineFraction   float64   `json:"roofline_fraction"`
+	ComputedNeurons    []int     `json:"computed_neurons"`
+}
+
+// benchPrompt returns n pseudo-random token ids in [0, vocab), the same for
+// every run and every model of that vocabulary.
+func benchPrompt(n, vocab int) []int {
+	r := rand.New(rand.NewPCG(0x51af, 0xbe7c))
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = r.IntN(vocab)
+	}
+	return ids
+}
+
+// runBench runs warm-up runs, then opt.Repeat timed runs of prefill (P tokens)
+// and G decode steps, and reports the medians, the peak RSS (read before the
+// bandwidth buffer is allocated), the weight bytes per decoded token and the
+// read bandwidth of pool.
+func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt benchOptions) (*benchReport, error) {
+	m := l.Model
+	rep := &benchReport{Model: l.Path, Kind: l.Kind, Mode: sp.Mode.String(), Threads: pool.Threads(), ISA: kernels.ISA(),
+		PromptTokens: opt.Prompt, GenTokens: opt.Gen, Repeat: opt.Repeat, MappedBytes: l.MappedBytes}
+	if sp.Mode != runtime.Dense {
+		rep.Phi, rep.Alpha = sp.Phi, sp.Alpha
+	}
+	s := m.NewSession(pool, opt.Prompt+opt.Gen+1)
+	if s.Context() < opt.Prompt+opt.Gen+1 {
+		return nil, fmt.Errorf("prompt %d + %d decode steps exceed the model's context %d", opt.Prompt, opt.Gen, s.Context())
+	}
+	prompt := benchPrompt(opt.Prompt, m.Config.Vocab)
+	gen := runtime.GenerateOptions{MaxTokens: opt.Gen + 1, Sparsity: sp} // the first token comes from prefill
+	for r := 0; r < opt.Warmup+opt.Repeat; r++ {
+		if r == opt.Warmup && opt.Profile != nil {
+			if err := pprof.StartCPUProfile(opt.Profile); err != nil {
+				return nil, err
+			}
+			defer pprof.StopCPUProfile() // a no-op once stopped
+		}
+		s.Reset()
+		res, err := s.Generate(prompt, gen)
+		if err != nil {
+			return nil, err
+		}
+		if r < opt.Warmup {
+			continue
+		}
+		rep.PrefillRuns = append(rep.PrefillRuns, res.PrefillTokensPerS)
+		rep.DecodeRuns = append(rep.DecodeRuns, res.DecodeTokensPerS)
+		rep.ComputedNeurons = res.ComputedNeurons
+	}
+	if opt.Profile != nil {
+		pprof.StopCPUProfile()
+	}
+	rep.PrefillTokensPerS = median(rep.PrefillRuns)
+	rep.DecodeTokensPerS = median(rep.DecodeRuns)
+	rep.PeakRSSBytes = runcmd.PeakRSS()
+	b := synth.BytesPerToken(m, s.Active)
+	rep.BytesPerToken, rep.AttentionBytes, rep.FFNBytes, rep.LMHeadBytes = b.Total(), b.Attention, b.FFN, b.LMHead
+	if opt.BandwidthBytes > 0 {
+		rep.BandwidthBuffer = opt.BandwidthBytes
+		rep.BandwidthBytesPerS = kernels.MeasureReadBandwidth(pool, opt.BandwidthBytes)
+		if rep.BandwidthBytesPerS > 0 {
+			rep.RooflineFraction = rep.DecodeTokensPerS * float64(rep.BytesPerToken) / rep.BandwidthBytesPerS
+		}
+	}
+	return rep, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func printBench(w io.Writer, r *benchReport) {
+	mode := r.Mode
+	if r.Mode != runtime.Dense.String() {
+		mode += fmt.Sprintf(" (phi %g, alpha %g)", r.Phi, r.Alpha)
+	}
+	fmt.Fprintf(w, "model      %s (%s, %s mapped)\n", r.Model, r.Kind, human(r.MappedBytes))
+	fmt.Fprintf(w, "run        mode %s, %d threads, kernels %s; prompt %d tokens, %d decode steps, median of %d runs\n",
+		mode, r.Threads, r.ISA, r.PromptTokens, r.GenTokens, r.Repeat)
+	fmt.Fprintf(w, "prefill    %.1f tok/s   runs %s\n", r.PrefillTokensPerS, runs(r.PrefillRuns))
+	fmt.Fprintf(w, "decode     %.2f tok/s   runs %s\n", r.DecodeTokensPerS, runs(r.DecodeRuns))
+	fmt.Fprintf(w, "peak RSS   %s\n", human(r.PeakRSSBytes))
+	fmt.Fprintf(w, "bytes/tok  %s (attention %s, FFN %s, LM head %s)\n", human(r.BytesPerToken), human(r.AttentionBytes), human(r.FFNBytes), human(r.LMHeadBytes))
+	if r.BandwidthBytesPerS > 0 {
+		fmt.Fprintf(w, "bandwidth  %.2f GB/s (read, %d threads, %s buffer)\n", r.BandwidthBytesPerS/1e9, r.Threads, human(int64(r.BandwidthBuffer)))
+		fmt.Fprintf(w, "roofline   %.1f%% (decode tok/s × bytes/token ÷ bandwidth; the bandwidth bound is %.1f tok/s)\n",
+			100*r.RooflineFraction, r.BandwidthBytesPerS/float64(r.BytesPerToken))
+	}
+}
+
+func runs(v []float64) string {
+	s := "["
+	for i, x := range v {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%.1f", x)
+	}
+	return s + "]"
+}

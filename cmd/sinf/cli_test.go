@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/internal/sharedtest"
+)
+
+// run runs the sinf command line in-process and returns its stdout.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &o, &e
+	err := app.Run(append([]string{"sinf"}, args...))
+	return o.String(), err
+}
+
+// TestPipeline runs profile → merge → convert → inspect → verify → run on
+// tinystories-656k through the command line, as a user would.
+func TestPipeline(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	data := sharedtest.Path(t, "data")
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	_, err := run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "tinystories", "--limit", "6", "--max-new-tokens", "4", "--out", p("ts.scores"))
+	require.NoError(t, err)
+	_, err = run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "xsum", "--limit", "2", "--max-new-tokens", "4", "--out", p("xsum.scores"))
+	require.NoError(t, err)
+	_, err = run(t, "merge", "--out", p("task.scores"), p("ts.scores"))
+	require.NoError(t, err)
+	out, err := run(t, "merge", "--print-top", "3", "--out", p("model.scores"), p("ts.scores"), p("xsum.scores"))
+	require.NoError(t, err)
+	require.Contains(t, out, "layer 1:")
+	_, err = run(t, "convert", "--quiet", "--model", model, "--task-scores", p("task.scores"), "--model-scores", p("model.scores"),
+		"--first-layer", "0", "--last-layer", "2", "--out", p("ts.sinf"))
+	require.NoError(t, err)
+	out, err = run(t, "inspect", p("ts.sinf"))
+	require.NoError(t, err)
+	require.Contains(t, out, "kept 269 (70.1% of N), base 115")
+	out, err = run(t, "verify", p("ts.sinf"))
+	require.NoError(t, err)
+	require.Contains(t, out, "all checksums match")
+	out, err = run(t, "run", "--model", p("ts.sinf"), "--prompt", "Once upon a time", "--max-tokens", "4", "--json")
+	require.NoError(t, err)
+	require.Contains(t, out, `"computed_neurons":[154,154]`)
+	out, err = run(t, "tokenize", "--model", model, "--text", "Once upon a time", "--bos")
+	require.NoError(t, err)
+	require.Equal(t, "[1,80,147,201,282,57]\n", out)
+}
+
+// TestProfileMergeBadInput: bad input is a clear error and writes nothing.
+func TestProfileMergeBadInput(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	other := sharedtest.Path(t, "models", "stories260k")
+	data := sharedtest.Path(t, "data")
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	empty := p("empty.jsonl")
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	notScores := p("not.scores")
+	require.NoError(t, os.WriteFile(notScores, []byte("hello"), 0o644))
+	_, err := run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "tinystories", "--limit", "2", "--max-new-tokens", "1", "--out", p("a.scores"))
+	require.NoError(t, err)
+	_, err = run(t, "profile", "--quiet", "--model", other, "--data-dir", data, "--dataset", "tinystories", "--limit", "2", "--max-new-tokens", "1", "--out", p("b.scores"))
+	require.NoError(t, err)
+	base := []string{"profile", "--quiet", "--model", model, "--data-dir", data, "--limit", "2", "--out", p("x.scores")}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(base, "--dataset", "nosuch"), "squad_v2"},
+		{append(base, "--dataset", empty), "empty.jsonl"},
+		{append(base, "--dataset", "tinystories", "--shard", "0/0"), "shard"},
+		{append(base, "--dataset", "tinystories", "--shard", "2/2"), "shard"},
+		{[]string{"merge", "--out", p("x.scores"), notScores}, "not.scores"},
+		{[]string{"merge", "--out", p("x.scores"), p("a.scores"), p("b.scores")}, "b.scores"},
+		{[]string{"convert", "--model", model, "--task-scores", p("b.scores"), "--model-scores", p("b.scores"), "--first-layer", "0", "--last-layer", "2", "--out", p("x.sinf")}, "b.scores"},
+		{[]string{"convert", "--model", model, "--random", "--out", p("x.sinf")}, "explicitly"},
+		{[]string{"convert", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--memory-budget", "1KiB", "--out", p("x.sinf")}, "too small"},
+	} {
+		_, err := run(t, c.args...)
+		require.Error(t, err, "%v", c.args)
+		require.True(t, strings.Contains(err.Error(), c.want), "%v: error %q does not name %q", c.args, err, c.want)
+	}
+	for _, f := range []string{"x.scores", "x.sinf"} {
+		_, err := os.Stat(p(f))
+		require.True(t, os.IsNotExist(err), "%s was written", f)
+	}
+}
