@@ -2,19 +2,28 @@ package kernels
 
 import (
 	"runtime"
-	"sync"
+	"sync/atomic"
 )
 
 // Pool is a fixed set of worker goroutines that split each kernel call's
 // parallel dimension into contiguous ranges. It starts its workers once; a
 // call neither starts goroutines nor allocates. A Pool runs one call at a time:
 // callers from several goroutines must use separate pools.
+//
+// Decode issues hundreds of small calls per token, so waking a parked
+// goroutine for each (a futex wake, tens of microseconds on a busy VM) would
+// cost more than the work. Workers therefore spin on a generation counter for
+// a short while after each call and park only when the pool stays idle.
 type Pool struct {
 	workers int
-	start   []chan span
-	wg      sync.WaitGroup
 	cur     job
-	scratch []*scratch // one per worker; [0] is the calling goroutine's
+	spans   []span        // spans[i]: the range of worker i+1 for this call
+	gen     atomic.Uint64 // incremented for each call; workers run when it moves
+	pending atomic.Int32  // worker ranges of this call not yet done
+	closed  atomic.Bool
+	parked  []atomic.Bool   // parked[i]: worker i+1 is (about to be) asleep on wake[i]
+	wake    []chan struct{} // one-slot wake-up channels
+	scratch []*scratch      // one per worker; [0] is the calling goroutine's
 }
 
 type span struct{ lo, hi int }
@@ -30,28 +39,59 @@ type scratch struct {
 // minChunk is the smallest range worth handing to another worker.
 const minChunk = 8
 
+// spinChecks is how many times an idle worker polls for a new call before it
+// parks (about 50 µs), and a caller polls before yielding while it waits.
+const spinChecks = 1 << 14
+
 // NewPool starts a pool of n workers (n ≤ 0: runtime.NumCPU()). The calling
 // goroutine works too, so n-1 goroutines are started.
 func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	p := &Pool{workers: n, start: make([]chan span, n-1), scratch: make([]*scratch, n)}
+	p := &Pool{workers: n, spans: make([]span, n-1), parked: make([]atomic.Bool, n-1),
+		wake: make([]chan struct{}, n-1), scratch: make([]*scratch, n)}
 	for i := range p.scratch {
 		p.scratch[i] = new(scratch)
 	}
-	for i := range p.start {
-		ch := make(chan span, 1)
-		p.start[i] = ch
-		s := p.scratch[i+1]
-		go func() {
-			for sp := range ch {
-				p.cur.do(sp.lo, sp.hi, s)
-				p.wg.Done()
-			}
-		}()
+	for i := range p.wake {
+		p.wake[i] = make(chan struct{}, 1)
+		go p.worker(i)
 	}
 	return p
+}
+
+// worker i runs range spans[i] of each call whose generation it sees.
+func (p *Pool) worker(i int) {
+	s := p.scratch[i+1]
+	var seen uint64
+	for {
+		g := p.gen.Load()
+		for spins := 0; g == seen; spins++ {
+			if spins < spinChecks {
+				g = p.gen.Load()
+				continue
+			}
+			// Park: announce it, look once more, then sleep unless a call
+			// slipped in (the caller wakes a worker it finds parked).
+			p.parked[i].Store(true)
+			if g = p.gen.Load(); g != seen && p.parked[i].CompareAndSwap(true, false) {
+				break
+			}
+			<-p.wake[i]
+			g = p.gen.Load()
+			spins = 0
+		}
+		seen = g
+		if p.closed.Load() {
+			return
+		}
+		sp := p.spans[i]
+		if sp.lo < sp.hi {
+			p.cur.do(sp.lo, sp.hi, s)
+		}
+		p.pending.Add(-1)
+	}
 }
 
 // Threads returns the number of workers, the caller included.
@@ -59,10 +99,13 @@ func (p *Pool) Threads() int { return p.workers }
 
 // Close stops the workers. The pool must not be used afterwards.
 func (p *Pool) Close() {
-	for _, ch := range p.start {
-		close(ch)
+	p.closed.Store(true)
+	p.gen.Add(1)
+	for i := range p.parked {
+		if p.parked[i].CompareAndSwap(true, false) {
+			p.wake[i] <- struct{}{}
+		}
 	}
-	p.start = nil
 }
 
 // run splits [0, n) into one range per worker and runs j on each. It
@@ -80,13 +123,26 @@ func (p *Pool) run(j job, n int) (parts int) {
 	if chunk > 16 {
 		chunk = (chunk + 15) &^ 15
 	}
-	var spans int
-	for lo := chunk; lo < n; lo += chunk {
-		p.wg.Add(1)
-		p.start[spans] <- span{lo, min(lo+chunk, n)}
-		spans++
+	used := 1
+	for i := range p.spans {
+		lo := (i + 1) * chunk
+		p.spans[i] = span{min(lo, n), min(lo+chunk, n)}
+		if lo < n {
+			used++
+		}
+	}
+	p.pending.Store(int32(len(p.spans)))
+	p.gen.Add(1) // publishes cur and spans to the workers
+	for i := range p.parked {
+		if p.parked[i].CompareAndSwap(true, false) {
+			p.wake[i] <- struct{}{}
+		}
 	}
 	p.cur.do(0, min(chunk, n), p.scratch[0])
-	p.wg.Wait()
-	return spans + 1
+	for spins := 0; p.pending.Load() != 0; spins++ {
+		if spins >= spinChecks {
+			runtime.Gosched()
+		}
+	}
+	return used
 }
