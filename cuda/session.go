@@ -648,20 +648,7 @@ func (s *Session) Score(prompt, cont []int, sp runtime.Sparsity) ([]float64, err
 		if id < 0 || id >= len(logits) {
 			return nil, fmt.Errorf("score: token id %d outside [0, %d)", id, len(logits))
 		}
-		nll = append(nll, -logSoftmaxAt(logits, id))
+		nll = append(nll, -runtime.LogSoftmaxAt(logits, id))
 	}
 	return nll, nil
-}
-
-// logSoftmaxAt returns log softmax(logits)[id] in float64 (as runtime's).
-func logSoftmaxAt(logits []float32, id int) float64 {
-	m := float64(logits[0])
-	for _, v := range logits {
-		m = max(m, float64(v))
-	}
-	var sum float64
-	for _, v := range logits {
-		sum += math.Exp(float64(v) - m)
-	}
-	return float64(logits[id]) - m - math.Log(sum)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
 // LoadFile binds an open .sinf file (spec/sinf.md) to a Model: the
@@ -34,4 +35,32 @@ func LoadFile(f *format.File) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// Open maps the .sinf file at path, optionally verifies every tensor
+// checksum, and returns the model bound to it, the tokenizer embedded in its
+// metadata, and the file, which the caller closes when done with the model.
+func Open(path string, verify bool) (*Model, *tokenizer.Tokenizer, *format.File, error) {
+	f, err := format.Open(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if verify {
+		if err := f.Verify(); err != nil {
+			f.Close()
+			return nil, nil, nil, err
+		}
+	}
+	m, err := LoadFile(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, nil, err
+	}
+	meta := f.Metadata()
+	tok, err := tokenizer.New(path+": metadata field tokenizer", meta.Tokenizer, meta.TokenizerConfig)
+	if err != nil {
+		f.Close()
+		return nil, nil, nil, err
+	}
+	return m, tok, f, nil
 }

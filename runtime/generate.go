@@ -143,13 +143,13 @@ func (s *Session) Score(prompt, cont []int, sp Sparsity) ([]float64, error) {
 		if id < 0 || id >= len(logits) {
 			return nil, fmt.Errorf("score: token id %d outside [0, %d)", id, len(logits))
 		}
-		nll = append(nll, -logSoftmaxAt(logits, id))
+		nll = append(nll, -LogSoftmaxAt(logits, id))
 	}
 	return nll, nil
 }
 
-// logSoftmaxAt returns log softmax(logits)[id], computed in float64.
-func logSoftmaxAt(logits []float32, id int) float64 {
+// LogSoftmaxAt returns log softmax(logits)[id], computed in float64.
+func LogSoftmaxAt(logits []float32, id int) float64 {
 	m := float64(logits[0])
 	for _, v := range logits {
 		m = max(m, float64(v))

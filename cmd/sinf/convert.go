@@ -3,10 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/selectinfer/sinf/runtime"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/convert/scores"
@@ -95,4 +95,4 @@ func convertCommand() *cli.Command {
 }
 
 // human formats a byte count (runcmd.Human).
-func human(n int64) string { return runcmd.Human(n) }
+func human(n int64) string { return runtime.HumanBytes(n) }

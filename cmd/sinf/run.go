@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -32,23 +31,11 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 	if !fi.IsDir() {
 		return runcmd.OpenSinf(path, verify)
 	}
-	ck, m, err := hf.Load(path)
+	ck, m, tok, err := hf.LoadModel(path)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.Load(path)
-	if err != nil {
-		ck.Close()
-		return nil, err
-	}
-	var size int64
-	if entries, err := filepath.Glob(filepath.Join(path, "*.safetensors")); err == nil {
-		for _, e := range entries {
-			if st, err := os.Stat(e); err == nil {
-				size += st.Size()
-			}
-		}
-	}
+	size := ck.WeightBytes()
 	return &runcmd.Loaded{Model: m, Tok: tok, Kind: "hf", Path: path, FileBytes: size, MappedBytes: size, Close: ck.Close}, nil
 }
 

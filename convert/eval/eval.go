@@ -7,9 +7,7 @@ package eval
 import (
 	"fmt"
 	"math"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -154,7 +152,7 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 		return nil, err
 	}
 	res.Seconds = time.Since(start).Seconds()
-	res.PeakRSS = PeakRSS()
+	res.PeakRSS = runtime.PeakRSS()
 	return res, nil
 }
 
@@ -422,7 +420,7 @@ func (e *evaluator) perplexity(examples []dataset.Example, res *Result) error {
 				return fmt.Errorf("task %s: window %d: %w", e.task.Name, k, err)
 			}
 			for i := P; i < W; i++ {
-				sum -= LogSoftmax(logits[(i-1)*V:i*V], w[i])
+				sum -= runtime.LogSoftmaxAt(logits[(i-1)*V:i*V], w[i])
 				count++
 			}
 		} else {
@@ -441,41 +439,6 @@ func (e *evaluator) perplexity(examples []dataset.Example, res *Result) error {
 	res.Tokens = count
 	res.Metrics["perplexity"] = math.Exp(sum / float64(count))
 	return nil
-}
-
-// LogSoftmax returns log softmax(logits)[id], computed in float64.
-func LogSoftmax(logits []float32, id int) float64 {
-	m := math.Inf(-1)
-	for _, v := range logits {
-		m = max(m, float64(v))
-	}
-	var s float64
-	for _, v := range logits {
-		s += math.Exp(float64(v) - m)
-	}
-	return float64(logits[id]) - m - math.Log(s)
-}
-
-// PeakRSS returns the process's peak resident set size in bytes (VmHWM of
-// /proc/self/status), 0 where that is not available.
-func PeakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
-// ResetPeakRSS resets the process's VmHWM to its current RSS (Linux ≥ 4.0,
-// /proc/self/clear_refs); it reports whether that worked.
-func ResetPeakRSS() bool {
-	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 }
 
 // PrimaryMetric returns the metric a task is ranked by and whether higher is

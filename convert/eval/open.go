@@ -2,10 +2,8 @@ package eval
 
 import (
 	"os"
-	"path/filepath"
 
 	"github.com/selectinfer/sinf/convert/hf"
-	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
@@ -26,45 +24,17 @@ func Open(path string) (*Loaded, error) {
 		return nil, err
 	}
 	if !fi.IsDir() {
-		f, err := format.Open(path)
+		m, tok, f, err := runtime.Open(path, false)
 		if err != nil {
-			return nil, err
-		}
-		m, err := runtime.LoadFile(f)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		meta := f.Metadata()
-		tok, err := tokenizer.New(path+": metadata field tokenizer", meta.Tokenizer, meta.TokenizerConfig)
-		if err != nil {
-			f.Close()
 			return nil, err
 		}
 		return &Loaded{Model: m, Tok: tok, FileBytes: f.Size(), Close: f.Close}, nil
 	}
-	ck, m, err := hf.Load(path)
+	ck, m, tok, err := hf.LoadModel(path)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.Load(path)
-	if err != nil {
-		ck.Close()
-		return nil, err
-	}
-	return &Loaded{Model: m, Tok: tok, FileBytes: safetensorsBytes(path), Close: ck.Close}, nil
-}
-
-// safetensorsBytes sums the sizes of the *.safetensors files in dir.
-func safetensorsBytes(dir string) int64 {
-	var size int64
-	entries, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-	for _, e := range entries {
-		if st, err := os.Stat(e); err == nil {
-			size += st.Size()
-		}
-	}
-	return size
+	return &Loaded{Model: m, Tok: tok, FileBytes: ck.WeightBytes(), Close: ck.Close}, nil
 }
 
 // Report is the JSON form of one evaluation (`sinf eval --json`).

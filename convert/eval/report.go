@@ -3,6 +3,7 @@ package eval
 import (
 	"bytes"
 	"fmt"
+	"github.com/selectinfer/sinf/runtime"
 	"image/color"
 	"math"
 	"path/filepath"
@@ -90,19 +91,6 @@ func header(task string) string {
 	return task + " (" + strings.Join(names, " / ") + ")"
 }
 
-// Human formats a byte count.
-func Human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 func (s *study) limitText() string {
 	if s.opt.Limit <= 0 {
 		return "all examples"
@@ -158,7 +146,7 @@ func (s *study) writeReport() error {
 			fmt.Fprintf(&b, "| %s | – | – | – | – | – |\n", s.rowLabel(row.id, row.label))
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", s.rowLabel(row.id, row.label), file, Human(fileBytes), Human(kv), Human(fileBytes+kv), Human(rss))
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", s.rowLabel(row.id, row.label), file, runtime.HumanBytes(fileBytes), runtime.HumanBytes(kv), runtime.HumanBytes(fileBytes+kv), runtime.HumanBytes(rss))
 	}
 	if memSource != "" {
 		fmt.Fprintf(&b, "\nKV cache: 2 · layers · context · kv_heads · head_dim · 4 bytes for the run's context. Peak RSS: %s.\n", memSource)

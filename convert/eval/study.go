@@ -38,7 +38,7 @@ type Runner func(path, task string, opt Options) (*Measured, error)
 func InProcess(path, task string, opt Options) (*Measured, error) {
 	debug.FreeOSMemory()
 	src := "in-process VmHWM (reset before the run; includes the process baseline)"
-	if !ResetPeakRSS() {
+	if !runtime.ResetPeakRSS() {
 		src = "in-process VmHWM (not resettable here: the process's peak so far)"
 	}
 	l, err := Open(path)

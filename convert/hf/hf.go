@@ -21,6 +21,7 @@ import (
 
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
 // Checkpoint is an open HF checkpoint folder.
@@ -257,4 +258,28 @@ func Load(dir string) (*Checkpoint, *runtime.Model, error) {
 		return nil, nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return c, m, nil
+}
+
+// LoadModel is Load plus the folder's tokenizer (tokenizer.json and
+// tokenizer_config.json).
+func LoadModel(dir string) (*Checkpoint, *runtime.Model, *tokenizer.Tokenizer, error) {
+	c, m, err := Load(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, err
+	}
+	return c, m, tok, nil
+}
+
+// WeightBytes returns the total size of the checkpoint's safetensors files.
+func (c *Checkpoint) WeightBytes() int64 {
+	var n int64
+	for _, f := range c.files {
+		n += int64(len(f.data))
+	}
+	return n
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -40,27 +39,11 @@ type Opener func(path string, verify bool) (*Loaded, error)
 // OpenSinf maps a .sinf file, optionally verifies every checksum, and builds
 // the model and its embedded tokenizer.
 func OpenSinf(path string, verify bool) (*Loaded, error) {
-	f, err := format.Open(path)
+	m, tok, f, err := runtime.Open(path, verify)
 	if err != nil {
-		return nil, err
-	}
-	if verify {
-		if err := f.Verify(); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
-	m, err := runtime.LoadFile(f)
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	meta := f.Metadata()
-	tok, err := tokenizer.New(path+": metadata field tokenizer", meta.Tokenizer, meta.TokenizerConfig)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
 	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Close: f.Close}, nil
 }
 
@@ -218,7 +201,7 @@ func Action(open Opener) cli.ActionFunc {
 		text.WriteString(rest)
 		rep := Report{PromptIDs: res.PromptIDs, IDs: res.IDs, Text: text.String(),
 			PrefillTokensPerS: res.PrefillTokensPerS, DecodeTokensPerS: res.DecodeTokensPerS,
-			PeakRSSBytes: PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
+			PeakRSSBytes: runtime.PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
 			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info}
 		if rep.IDs == nil {
 			rep.IDs = []int{}
@@ -286,16 +269,16 @@ func Summary(w io.Writer, l *Loaded, r Report) {
 		loaded += r.LoadedNeurons[i]
 		computed += r.ComputedNeurons[i]
 	}
-	line := fmt.Sprintf("[%s] %s: %s", r.Mode, l.Kind, Human(l.FileBytes))
+	line := fmt.Sprintf("[%s] %s: %s", r.Mode, l.Kind, runtime.HumanBytes(l.FileBytes))
 	if l.Meta != nil && l.Meta.Provenance.Source != "" {
 		if src, err := sourceBytes(l.Meta); err == nil && src > 0 {
-			line += fmt.Sprintf(" (%.0f%% of the original %s)", 100*float64(l.FileBytes)/float64(src), Human(src))
+			line += fmt.Sprintf(" (%.0f%% of the original %s)", 100*float64(l.FileBytes)/float64(src), runtime.HumanBytes(src))
 		}
 	}
 	if full > 0 {
 		line += fmt.Sprintf(", FFN neurons in sliced layers: %.0f%% loaded, %.0f%% computed per token", 100*float64(loaded)/float64(full), 100*float64(computed)/float64(full))
 	}
-	line += fmt.Sprintf(", prefill %.1f tok/s, decode %.1f tok/s, %d tokens, peak RSS %s", r.PrefillTokensPerS, r.DecodeTokensPerS, len(r.IDs), Human(r.PeakRSSBytes))
+	line += fmt.Sprintf(", prefill %.1f tok/s, decode %.1f tok/s, %d tokens, peak RSS %s", r.PrefillTokensPerS, r.DecodeTokensPerS, len(r.IDs), runtime.HumanBytes(r.PeakRSSBytes))
 	fmt.Fprintln(w, line)
 }
 
@@ -304,33 +287,4 @@ func sourceBytes(m *format.Metadata) (int64, error) {
 		return m.Provenance.SourceBytes, nil
 	}
 	return 0, errors.New("unknown")
-}
-
-// Human formats a byte count with a binary unit ("2.22 MiB").
-func Human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-// PeakRSS returns the process's peak resident set size in bytes (VmHWM from
-// /proc/self/status), or 0 where that is not available.
-func PeakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }

@@ -1,0 +1,43 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// PeakRSS returns the process's peak resident set size in bytes (VmHWM of
+// /proc/self/status, Linux), or 0 where that is not available.
+func PeakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// ResetPeakRSS resets the process's VmHWM to its current RSS (Linux ≥ 4.0,
+// /proc/self/clear_refs); it reports whether that worked.
+func ResetPeakRSS() bool {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
+
+// HumanBytes formats a byte count with a binary unit ("2.22 MiB").
+func HumanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
