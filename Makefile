@@ -16,9 +16,9 @@ vet:
 # The test command of README.md and .ci/run: vet, every test, the race
 # detector on the concurrent code, a few seconds of each fuzz target.
 test: vet
-	$(GO) test ./...
-	$(GO) test -race ./runtime/kernels/ ./convert/profile/ ./runtime/
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 10s ./format/
+	$(GO) test -race ./runtime/kernels/ ./convert/profile/ ./runtime/
+	$(GO) test ./...
 
 # arm64 (the Jetson's CPU) under qemu-user-static: correctness only.
 test-arm64:
