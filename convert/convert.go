@@ -18,6 +18,7 @@ import (
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime"
 )
 
 // ToolVersion is recorded in the files sinf writes.
@@ -67,8 +68,14 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 	if !(opt.Delta >= 0 && opt.Delta <= opt.Gamma) {
 		return nil, fmt.Errorf("delta %g outside [0, gamma %g]", opt.Delta, opt.Gamma)
 	}
+	if runtime.RoundCount(opt.Gamma, N) < 1 {
+		return nil, fmt.Errorf("gamma %g keeps round(gamma·N) = 0 of N=%d neurons: raise gamma", opt.Gamma, N)
+	}
 	lo, hi, err := ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, opt.ExplicitRange)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkOut(out, ck, opt.TaskScoresPath, opt.ModelScoresPath); err != nil {
 		return nil, err
 	}
 	dtype := opt.DType
@@ -192,6 +199,29 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 	}
 	rep.Bytes = fi.Size()
 	return rep, nil
+}
+
+// checkOut refuses an output path that is one of the conversion's inputs:
+// a score file, or a file of the source checkpoint.
+func checkOut(out string, ck *hf.Checkpoint, inputs ...string) error {
+	fo, err := os.Stat(out)
+	if err != nil {
+		return nil // a new file
+	}
+	if fo.IsDir() {
+		return fmt.Errorf("--out %s is a folder; give a file name", out)
+	}
+	if entries, err := os.ReadDir(ck.Dir); err == nil {
+		for _, e := range entries {
+			inputs = append(inputs, filepath.Join(ck.Dir, e.Name()))
+		}
+	}
+	for _, in := range inputs {
+		if fi, err := os.Stat(in); err == nil && in != "" && os.SameFile(fo, fi) {
+			return fmt.Errorf("--out %s is an input of this conversion (%s): choose another path", out, in)
+		}
+	}
+	return nil
 }
 
 func scoresRef(f *scores.File, path string) *format.ScoresRef {

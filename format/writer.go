@@ -53,7 +53,7 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sinf create %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	tmp, err := CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return nil, fmt.Errorf("sinf create %s: %w", path, err)
 	}

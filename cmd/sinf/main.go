@@ -6,11 +6,25 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 func main() {
+	// An interrupted command leaves no partial output: temporary files are
+	// removed before exiting (finished files were renamed into place).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		format.RemoveTemps()
+		fmt.Fprintf(os.Stderr, "sinf: %v: stopped, no output written\n", s)
+		os.Exit(130)
+	}()
 	if err := newApp().Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "sinf:", err)
 		os.Exit(1)

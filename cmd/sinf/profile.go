@@ -55,6 +55,24 @@ func profileCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		},
 		Action: func(c *cli.Context) error {
+			switch {
+			case c.Int("limit") < 0:
+				return fmt.Errorf("--limit %d: want ≥ 0 (0: all prompts)", c.Int("limit"))
+			case c.Int("batch") < 1:
+				return fmt.Errorf("--batch %d: want ≥ 1", c.Int("batch"))
+			case c.Int("threads") < 0:
+				return fmt.Errorf("--threads %d: want ≥ 0", c.Int("threads"))
+			case c.Int("max-new-tokens") < 0:
+				return fmt.Errorf("--max-new-tokens %d: want ≥ 0", c.Int("max-new-tokens"))
+			}
+			if fo, err := os.Stat(c.String("out")); err == nil {
+				entries, _ := os.ReadDir(c.String("model"))
+				for _, e := range entries {
+					if fi, err := os.Stat(filepath.Join(c.String("model"), e.Name())); err == nil && os.SameFile(fo, fi) {
+						return fmt.Errorf("--out %s is a file of the model folder: choose another path", c.String("out"))
+					}
+				}
+			}
 			shard, si, sn := c.String("shard"), 0, 1
 			if shard != "" {
 				var err error

@@ -150,6 +150,9 @@ func Action(open Opener) cli.ActionFunc {
 		if err != nil {
 			return err
 		}
+		if err := checkFlags(c); err != nil {
+			return err
+		}
 		l, err := open(c.String("model"), c.Bool("verify"))
 		if err != nil {
 			return err
@@ -237,6 +240,27 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 		return sp, err
 	}
 	return sp, nil
+}
+
+// checkFlags rejects out-of-range sampling and resource flags.
+func checkFlags(c *cli.Context) error {
+	switch {
+	case c.Int("max-tokens") < 0:
+		return fmt.Errorf("--max-tokens %d: want ≥ 0", c.Int("max-tokens"))
+	case c.Int("threads") < 0:
+		return fmt.Errorf("--threads %d: want ≥ 0 (0: all CPUs)", c.Int("threads"))
+	case c.Int("context") < 0:
+		return fmt.Errorf("--context %d: want ≥ 0 (0: the model's max_position_embeddings)", c.Int("context"))
+	case !(c.Float64("temperature") >= 0):
+		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", c.Float64("temperature"))
+	case c.Int("top-k") < 0:
+		return fmt.Errorf("--top-k %d: want ≥ 0 (0: no cut)", c.Int("top-k"))
+	case !(c.Float64("top-p") > 0 && c.Float64("top-p") <= 1):
+		return fmt.Errorf("--top-p %g: want a probability in (0, 1]", c.Float64("top-p"))
+	case c.NArg() > 0:
+		return fmt.Errorf("unexpected arguments %q (the prompt goes in --prompt)", c.Args().Slice())
+	}
+	return nil
 }
 
 func promptText(c *cli.Context) (string, error) {
