@@ -109,6 +109,12 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	if c.RMSNormEps == 0 {
 		c.RMSNormEps = 1e-6
 	}
+	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
+		return Config{}, fmt.Errorf("%s: field rms_norm_eps %g must be in (0, 1)", name, c.RMSNormEps)
+	}
+	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
+		return Config{}, fmt.Errorf("%s: field rope_theta %g must be a positive number", name, c.RopeTheta)
+	}
 	if c.HiddenAct == "" {
 		c.HiddenAct = "silu"
 	}

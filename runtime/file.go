@@ -27,6 +27,9 @@ func LoadFile(f *format.File) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Path(), err)
 	}
+	if meta.DType != 0 && m.Layers[0].MLP.Gate.DType != meta.DType {
+		return nil, fmt.Errorf("%s: metadata field dtype %v disagrees with the FFN tensors' %v", f.Path(), meta.DType, m.Layers[0].MLP.Gate.DType)
+	}
 	if sel := meta.Selection; sel != nil {
 		for _, l := range sel.Layers {
 			if l.Layer < 0 || l.Layer >= len(m.Layers) || !m.Layers[l.Layer].MLP.Sliced || m.Layers[l.Layer].MLP.Kept() != l.Kept {

@@ -96,6 +96,9 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	start = time.Now()
 	steps := 0
 	for len(res.IDs) < opt.MaxTokens {
+		if v := logits[0]; v != v || math.IsInf(float64(v), 0) {
+			return res, fmt.Errorf("generate: logits are not finite at position %d: the weights or the config hold NaN or Inf (check the file with sinf verify)", s.pos)
+		}
 		id := sampler.Sample(logits)
 		res.IDs = append(res.IDs, id)
 		if opt.OnToken != nil {
