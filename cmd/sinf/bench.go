@@ -24,11 +24,8 @@ func benchCommand() *cli.Command {
 		Usage: "measure prefill and decode speed, peak RSS, and decode speed against the memory-bandwidth roofline",
 		UsageText: "sinf bench --model FILE.sinf|DIR [--mode dense|selectinfer|coreinfer] [--phi F] [--alpha A]\n" +
 			"   [--threads N] [--prompt-tokens 64] [--gen-tokens 32] [--repeat 3] [--json]",
-		Flags: []cli.Flag{
+		Flags: append(runcmd.SparsityFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
-			&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
-			&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
-			&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads, also used for the bandwidth measurement (0: all CPUs)"},
 			&cli.IntFlag{Name: "prompt-tokens", Value: 64, Usage: "prompt length P (a fixed pseudo-random sequence of valid ids)"},
 			&cli.IntFlag{Name: "gen-tokens", Value: 32, Usage: "decode steps G"},
@@ -37,7 +34,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "bandwidth-mib", Value: 512, Usage: "buffer for the read-bandwidth measurement, MiB (≥ 4× the last-level cache; 0: skip)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the timed runs to this file (go tool pprof)"},
-		},
+		}...),
 		Action: func(c *cli.Context) error {
 			P, G, R := c.Int("prompt-tokens"), c.Int("gen-tokens"), c.Int("repeat")
 			if P < 1 || G < 1 || R < 1 || c.Int("warmup") < 0 || c.Int("bandwidth-mib") < 0 {

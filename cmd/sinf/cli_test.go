@@ -38,6 +38,13 @@ func TestPipeline(t *testing.T) {
 	out, err := run(t, "merge", "--print-top", "3", "--out", p("model.scores"), p("ts.scores"), p("xsum.scores"))
 	require.NoError(t, err)
 	require.Contains(t, out, "layer 1:")
+	out, err = run(t, "overlap", "--plot", p("overlap.svg"), p("ts.scores"), p("xsum.scores"))
+	require.NoError(t, err)
+	require.Contains(t, out, "tinystories")
+	require.Contains(t, out, "xsum")
+	svg, err := os.ReadFile(p("overlap.svg"))
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "<svg")
 	_, err = run(t, "convert", "--quiet", "--model", model, "--task-scores", p("task.scores"), "--model-scores", p("model.scores"),
 		"--first-layer", "0", "--last-layer", "2", "--out", p("ts.sinf"))
 	require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/convert/eval"
-	"github.com/selectinfer/sinf/runtime"
 )
 
 func evalCommand() *cli.Command {
@@ -22,12 +21,9 @@ func evalCommand() *cli.Command {
 		Usage: "score a .sinf file or an HF folder on a built-in task (EM/F1, accuracy, BLEU, ROUGE, perplexity)",
 		UsageText: "sinf eval --model FILE.sinf|DIR --task NAME [--mode selectinfer|dense|coreinfer] [--phi F] [--alpha A]\n" +
 			"   [--limit N] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
-		Flags: []cli.Flag{
+		Flags: append(runcmd.SparsityFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
 			&cli.StringFlag{Name: "task", Required: true, Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
-			&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
-			&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
-			&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate the first N examples (perplexity: N windows; 0: all)"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads (0: all CPUs)"},
@@ -37,7 +33,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "stride", Usage: "perplexity stride in text tokens (0: the window less the BOS, no overlap)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: task, n, metrics, mode, seconds, peak_rss_bytes, ..."},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
-		},
+		}...),
 		Action: func(c *cli.Context) error {
 			task := c.String("task")
 			if _, err := dataset.Lookup(task); err != nil {

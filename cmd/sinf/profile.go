@@ -173,12 +173,9 @@ func mergeCommand() *cli.Command {
 			if len(ins) == 0 {
 				return errors.New("give score files to merge")
 			}
-			files := make([]*scores.File, len(ins))
-			for i, p := range ins {
-				var err error
-				if files[i], err = scores.Read(p); err != nil {
-					return err
-				}
+			files, err := readScores(ins)
+			if err != nil {
+				return err
 			}
 			merged, err := scores.Merge(files, ins)
 			if err != nil {
@@ -227,12 +224,11 @@ func overlapCommand() *cli.Command {
 			if len(labels) != 0 && len(labels) != len(ins) {
 				return fmt.Errorf("%d labels for %d files", len(labels), len(ins))
 			}
-			files := make([]*scores.File, len(ins))
+			files, err := readScores(ins)
+			if err != nil {
+				return err
+			}
 			for i, p := range ins {
-				var err error
-				if files[i], err = scores.Read(p); err != nil {
-					return err
-				}
 				if len(labels) < len(ins) {
 					l := files[i].Task
 					if l == "" {
@@ -269,4 +265,16 @@ func overlapCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// readScores reads score files in order; the error names the failing file.
+func readScores(paths []string) ([]*scores.File, error) {
+	files := make([]*scores.File, len(paths))
+	for i, p := range paths {
+		var err error
+		if files[i], err = scores.Read(p); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }

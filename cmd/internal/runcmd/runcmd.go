@@ -49,7 +49,7 @@ func OpenSinf(path string, verify bool) (*Loaded, error) {
 
 // Flags are the run flags common to sinf run and sinf-run.
 func Flags() []cli.Flag {
-	return []cli.Flag{
+	return append(SparsityFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "model", Usage: "model: a .sinf file (or, for sinf run, an HF checkpoint folder)", Required: true},
 		&cli.StringFlag{Name: "prompt", Usage: "prompt text"},
 		&cli.StringFlag{Name: "prompt-file", Usage: "read the prompt from this file"},
@@ -58,9 +58,6 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "sample from the k most likely tokens (0: all)"},
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling probability mass (1: off)"},
 		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
-		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
-		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
-		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 		&cli.IntFlag{Name: "threads", Usage: "kernel threads (0: all CPUs)"},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
@@ -68,6 +65,16 @@ func Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
+	}...)
+}
+
+// SparsityFlags are --mode, --phi and --alpha, read by Sparsity; sinf run,
+// sinf-run, bench and eval share them.
+func SparsityFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
+		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
+		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 	}
 }
 
