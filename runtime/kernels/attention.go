@@ -78,11 +78,24 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 // (HF LlamaMLP with hidden_act silu), split across the pool's workers.
 func SwiGLU(p *Pool, g, u []float32) {
 	checkLen("SwiGLU up", u, len(g))
-	p.run(job{op: opSwiGLU, dst: g, x: u}, len(g))
+	p.run(job{op: opSwiGLU, ks: active, dst: g, x: u}, len(g))
 }
 
-func swigluRange(g, u []float32) {
+// swigluRange runs the kernel set's SwiGLU on whole blocks of 16 and the
+// portable one on the tail.
+func swigluRange(ks *kernelSet, g, u []float32) {
 	u = u[:len(g)]
+	nb := len(g) &^ 15
+	if nb > 0 {
+		ks.swiglu(&g[0], &u[0], nb)
+	}
+	if nb < len(g) {
+		swigluGo(&g[nb], &u[nb], len(g)-nb)
+	}
+}
+
+func swigluGo(gp, up *float32, n int) {
+	g, u := xs(gp, n), xs(up, n)
 	for i, v := range g {
 		g[i] = v / (1 + float32(math.Exp(float64(-v)))) * u[i]
 	}

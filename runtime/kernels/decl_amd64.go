@@ -25,10 +25,16 @@ func dot4F32AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n in
 func dot1F32AVX2(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
+func dotRowsF32AVX2(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+
+//go:noescape
 func axpy4F32AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
 
 //go:noescape
 func axpy1F32AVX2(dst *float32, w unsafe.Pointer, a float32, n int)
+
+//go:noescape
+func axpyRowsF32AVX2(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
 
 //go:noescape
 func gemmF32AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
@@ -43,10 +49,16 @@ func dot4F16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n in
 func dot1F16AVX2(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
+func dotRowsF16AVX2(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+
+//go:noescape
 func axpy4F16AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
 
 //go:noescape
 func axpy1F16AVX2(dst *float32, w unsafe.Pointer, a float32, n int)
+
+//go:noescape
+func axpyRowsF16AVX2(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
 
 //go:noescape
 func gemmF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
@@ -61,10 +73,16 @@ func dot4BF16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n i
 func dot1BF16AVX2(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
+func dotRowsBF16AVX2(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+
+//go:noescape
 func axpy4BF16AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
 
 //go:noescape
 func axpy1BF16AVX2(dst *float32, w unsafe.Pointer, a float32, n int)
+
+//go:noescape
+func axpyRowsBF16AVX2(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
 
 //go:noescape
 func gemmBF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
@@ -92,10 +110,16 @@ func dot4F32AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n 
 func dot1F32AVX512(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
+func dotRowsF32AVX512(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+
+//go:noescape
 func axpy4F32AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
 
 //go:noescape
 func axpy1F32AVX512(dst *float32, w unsafe.Pointer, a float32, n int)
+
+//go:noescape
+func axpyRowsF32AVX512(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
 
 //go:noescape
 func gemmF32AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
@@ -110,10 +134,16 @@ func dot4F16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n 
 func dot1F16AVX512(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
+func dotRowsF16AVX512(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+
+//go:noescape
 func axpy4F16AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
 
 //go:noescape
 func axpy1F16AVX512(dst *float32, w unsafe.Pointer, a float32, n int)
+
+//go:noescape
+func axpyRowsF16AVX512(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
 
 //go:noescape
 func gemmF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
@@ -128,10 +158,16 @@ func dot4BF16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n
 func dot1BF16AVX512(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
+func dotRowsBF16AVX512(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+
+//go:noescape
 func axpy4BF16AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
 
 //go:noescape
 func axpy1BF16AVX512(dst *float32, w unsafe.Pointer, a float32, n int)
+
+//go:noescape
+func axpyRowsBF16AVX512(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
 
 //go:noescape
 func gemmBF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
@@ -144,3 +180,6 @@ func gemmTF32AVX512(w unsafe.Pointer, wstride int, a *float32, astride int, dst 
 
 //go:noescape
 func readSumAVX2(p unsafe.Pointer, n int) uint64
+
+//go:noescape
+func swigluAVX2(gate, up *float32, n int)

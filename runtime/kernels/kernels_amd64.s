@@ -112,6 +112,65 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+TEXT ·dotRowsF32AVX2(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), R8
+	MOVQ stride+8(FP), R9
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ m+32(FP), BX
+	MOVQ dst+40(FP), DI
+	MOVQ pf+48(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
+	TESTQ BX, BX
+	JEQ done
+row:
+	LEAQ (R8)(R10*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	TESTQ DX, DX
+	JEQ tail
+loop:
+	PREFETCHT0 0(R11)(AX*4)
+	PREFETCHT0 64(R11)(AX*4)
+	VMOVUPS 0(R8)(AX*4), Y4
+	VMOVUPS 32(R8)(AX*4), Y5
+	VMOVUPS 64(R8)(AX*4), Y6
+	VMOVUPS 96(R8)(AX*4), Y7
+	VFMADD231PS 0(SI)(AX*4), Y4, Y0
+	VFMADD231PS 32(SI)(AX*4), Y5, Y1
+	VFMADD231PS 64(SI)(AX*4), Y6, Y2
+	VFMADD231PS 96(SI)(AX*4), Y7, Y3
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JB loop
+tail:
+	CMPQ AX, CX
+	JAE sum
+	VMOVUPS (R8)(AX*4), Y4
+	VMOVUPS 32(R8)(AX*4), Y5
+	VFMADD231PS (SI)(AX*4), Y4, Y0
+	VFMADD231PS 32(SI)(AX*4), Y5, Y1
+sum:
+	VADDPS Y3, Y2, Y2
+	VADDPS Y1, Y0, Y0
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
+done:
+	VZEROUPPER
+	RET
+
 TEXT ·axpy4F32AVX2(SB), NOSPLIT, $0-96
 	MOVQ dst+0(FP), DI
 	MOVQ w0+8(FP), R8
@@ -180,6 +239,49 @@ loop:
 	ADDQ $16, AX
 	CMPQ AX, CX
 	JB loop
+done:
+	VZEROUPPER
+	RET
+
+TEXT ·axpyRowsF32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ stride+16(FP), R9
+	MOVQ a+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ pf+48(FP), R10
+	VXORPS X14, X14, X14
+	TESTQ CX, CX
+	JEQ done
+	TESTQ BX, BX
+	JEQ done
+row:
+	VMOVSS (SI), X15
+	VUCOMISS X14, X15
+	JNE nonzero
+	JPS nonzero
+	JMP next
+nonzero:
+	VBROADCASTSS (SI), Y15
+	LEAQ (R8)(R10*1), R11
+	XORQ AX, AX
+loop:
+	PREFETCHT0 0(R11)(AX*4)
+	VMOVUPS (R8)(AX*4), Y2
+	VMOVUPS 32(R8)(AX*4), Y3
+	VFMADD213PS (DI)(AX*4), Y15, Y2
+	VFMADD213PS 32(DI)(AX*4), Y15, Y3
+	VMOVUPS Y2, (DI)(AX*4)
+	VMOVUPS Y3, 32(DI)(AX*4)
+	ADDQ $16, AX
+	CMPQ AX, CX
+	JB loop
+next:
+	ADDQ $4, SI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
 done:
 	VZEROUPPER
 	RET
@@ -383,6 +485,64 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+TEXT ·dotRowsF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), R8
+	MOVQ stride+8(FP), R9
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ m+32(FP), BX
+	MOVQ dst+40(FP), DI
+	MOVQ pf+48(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
+	TESTQ BX, BX
+	JEQ done
+row:
+	LEAQ (R8)(R10*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	TESTQ DX, DX
+	JEQ tail
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	VCVTPH2PS 0(R8)(AX*2), Y4
+	VCVTPH2PS 16(R8)(AX*2), Y5
+	VCVTPH2PS 32(R8)(AX*2), Y6
+	VCVTPH2PS 48(R8)(AX*2), Y7
+	VFMADD231PS 0(SI)(AX*4), Y4, Y0
+	VFMADD231PS 32(SI)(AX*4), Y5, Y1
+	VFMADD231PS 64(SI)(AX*4), Y6, Y2
+	VFMADD231PS 96(SI)(AX*4), Y7, Y3
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JB loop
+tail:
+	CMPQ AX, CX
+	JAE sum
+	VCVTPH2PS (R8)(AX*2), Y4
+	VCVTPH2PS 16(R8)(AX*2), Y5
+	VFMADD231PS (SI)(AX*4), Y4, Y0
+	VFMADD231PS 32(SI)(AX*4), Y5, Y1
+sum:
+	VADDPS Y3, Y2, Y2
+	VADDPS Y1, Y0, Y0
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
+done:
+	VZEROUPPER
+	RET
+
 TEXT ·axpy4F16AVX2(SB), NOSPLIT, $0-96
 	MOVQ dst+0(FP), DI
 	MOVQ w0+8(FP), R8
@@ -451,6 +611,49 @@ loop:
 	ADDQ $16, AX
 	CMPQ AX, CX
 	JB loop
+done:
+	VZEROUPPER
+	RET
+
+TEXT ·axpyRowsF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ stride+16(FP), R9
+	MOVQ a+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ pf+48(FP), R10
+	VXORPS X14, X14, X14
+	TESTQ CX, CX
+	JEQ done
+	TESTQ BX, BX
+	JEQ done
+row:
+	VMOVSS (SI), X15
+	VUCOMISS X14, X15
+	JNE nonzero
+	JPS nonzero
+	JMP next
+nonzero:
+	VBROADCASTSS (SI), Y15
+	LEAQ (R8)(R10*1), R11
+	XORQ AX, AX
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	VCVTPH2PS (R8)(AX*2), Y2
+	VCVTPH2PS 16(R8)(AX*2), Y3
+	VFMADD213PS (DI)(AX*4), Y15, Y2
+	VFMADD213PS 32(DI)(AX*4), Y15, Y3
+	VMOVUPS Y2, (DI)(AX*4)
+	VMOVUPS Y3, 32(DI)(AX*4)
+	ADDQ $16, AX
+	CMPQ AX, CX
+	JB loop
+next:
+	ADDQ $4, SI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
 done:
 	VZEROUPPER
 	RET
@@ -668,6 +871,70 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+TEXT ·dotRowsBF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), R8
+	MOVQ stride+8(FP), R9
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ m+32(FP), BX
+	MOVQ dst+40(FP), DI
+	MOVQ pf+48(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
+	TESTQ BX, BX
+	JEQ done
+row:
+	LEAQ (R8)(R10*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	TESTQ DX, DX
+	JEQ tail
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	VPMOVZXWD 0(R8)(AX*2), Y4
+	VPSLLD $16, Y4, Y4
+	VPMOVZXWD 16(R8)(AX*2), Y5
+	VPSLLD $16, Y5, Y5
+	VPMOVZXWD 32(R8)(AX*2), Y6
+	VPSLLD $16, Y6, Y6
+	VPMOVZXWD 48(R8)(AX*2), Y7
+	VPSLLD $16, Y7, Y7
+	VFMADD231PS 0(SI)(AX*4), Y4, Y0
+	VFMADD231PS 32(SI)(AX*4), Y5, Y1
+	VFMADD231PS 64(SI)(AX*4), Y6, Y2
+	VFMADD231PS 96(SI)(AX*4), Y7, Y3
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JB loop
+tail:
+	CMPQ AX, CX
+	JAE sum
+	VPMOVZXWD (R8)(AX*2), Y4
+	VPSLLD $16, Y4, Y4
+	VPMOVZXWD 16(R8)(AX*2), Y5
+	VPSLLD $16, Y5, Y5
+	VFMADD231PS (SI)(AX*4), Y4, Y0
+	VFMADD231PS 32(SI)(AX*4), Y5, Y1
+sum:
+	VADDPS Y3, Y2, Y2
+	VADDPS Y1, Y0, Y0
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
+done:
+	VZEROUPPER
+	RET
+
 TEXT ·axpy4BF16AVX2(SB), NOSPLIT, $0-96
 	MOVQ dst+0(FP), DI
 	MOVQ w0+8(FP), R8
@@ -746,6 +1013,51 @@ loop:
 	ADDQ $16, AX
 	CMPQ AX, CX
 	JB loop
+done:
+	VZEROUPPER
+	RET
+
+TEXT ·axpyRowsBF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ stride+16(FP), R9
+	MOVQ a+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ pf+48(FP), R10
+	VXORPS X14, X14, X14
+	TESTQ CX, CX
+	JEQ done
+	TESTQ BX, BX
+	JEQ done
+row:
+	VMOVSS (SI), X15
+	VUCOMISS X14, X15
+	JNE nonzero
+	JPS nonzero
+	JMP next
+nonzero:
+	VBROADCASTSS (SI), Y15
+	LEAQ (R8)(R10*1), R11
+	XORQ AX, AX
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	VPMOVZXWD (R8)(AX*2), Y2
+	VPSLLD $16, Y2, Y2
+	VPMOVZXWD 16(R8)(AX*2), Y3
+	VPSLLD $16, Y3, Y3
+	VFMADD213PS (DI)(AX*4), Y15, Y2
+	VFMADD213PS 32(DI)(AX*4), Y15, Y3
+	VMOVUPS Y2, (DI)(AX*4)
+	VMOVUPS Y3, 32(DI)(AX*4)
+	ADDQ $16, AX
+	CMPQ AX, CX
+	JB loop
+next:
+	ADDQ $4, SI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
 done:
 	VZEROUPPER
 	RET
@@ -1049,6 +1361,69 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+TEXT ·dotRowsF32AVX512(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), R8
+	MOVQ stride+8(FP), R9
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ m+32(FP), BX
+	MOVQ dst+40(FP), DI
+	MOVQ pf+48(FP), R10
+	MOVQ CX, DX
+	ANDQ $-64, DX
+	TESTQ BX, BX
+	JEQ done
+row:
+	LEAQ (R8)(R10*1), R11
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ AX, AX
+	TESTQ DX, DX
+	JEQ tail
+loop:
+	PREFETCHT0 0(R11)(AX*4)
+	PREFETCHT0 64(R11)(AX*4)
+	PREFETCHT0 128(R11)(AX*4)
+	PREFETCHT0 192(R11)(AX*4)
+	VMOVUPS 0(R8)(AX*4), Z4
+	VMOVUPS 64(R8)(AX*4), Z5
+	VMOVUPS 128(R8)(AX*4), Z6
+	VMOVUPS 192(R8)(AX*4), Z7
+	VFMADD231PS 0(SI)(AX*4), Z4, Z0
+	VFMADD231PS 64(SI)(AX*4), Z5, Z1
+	VFMADD231PS 128(SI)(AX*4), Z6, Z2
+	VFMADD231PS 192(SI)(AX*4), Z7, Z3
+	ADDQ $64, AX
+	CMPQ AX, DX
+	JB loop
+tail:
+	CMPQ AX, CX
+	JAE sum
+	VMOVUPS (R8)(AX*4), Z4
+	VMOVUPS 64(R8)(AX*4), Z5
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	VFMADD231PS 64(SI)(AX*4), Z5, Z1
+sum:
+	VADDPS Z3, Z2, Z2
+	VADDPS Z1, Z0, Z0
+	VADDPS Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS Z1, Z0, Z0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
+done:
+	VZEROUPPER
+	RET
+
 TEXT ·axpy4F32AVX512(SB), NOSPLIT, $0-96
 	MOVQ dst+0(FP), DI
 	MOVQ w0+8(FP), R8
@@ -1121,6 +1496,50 @@ loop:
 	ADDQ $32, AX
 	CMPQ AX, CX
 	JB loop
+done:
+	VZEROUPPER
+	RET
+
+TEXT ·axpyRowsF32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ stride+16(FP), R9
+	MOVQ a+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ pf+48(FP), R10
+	VXORPS X14, X14, X14
+	TESTQ CX, CX
+	JEQ done
+	TESTQ BX, BX
+	JEQ done
+row:
+	VMOVSS (SI), X15
+	VUCOMISS X14, X15
+	JNE nonzero
+	JPS nonzero
+	JMP next
+nonzero:
+	VBROADCASTSS (SI), Z15
+	LEAQ (R8)(R10*1), R11
+	XORQ AX, AX
+loop:
+	PREFETCHT0 0(R11)(AX*4)
+	PREFETCHT0 64(R11)(AX*4)
+	VMOVUPS (R8)(AX*4), Z2
+	VMOVUPS 64(R8)(AX*4), Z3
+	VFMADD213PS (DI)(AX*4), Z15, Z2
+	VFMADD213PS 64(DI)(AX*4), Z15, Z3
+	VMOVUPS Z2, (DI)(AX*4)
+	VMOVUPS Z3, 64(DI)(AX*4)
+	ADDQ $32, AX
+	CMPQ AX, CX
+	JB loop
+next:
+	ADDQ $4, SI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
 done:
 	VZEROUPPER
 	RET
@@ -1438,6 +1857,67 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+TEXT ·dotRowsF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), R8
+	MOVQ stride+8(FP), R9
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ m+32(FP), BX
+	MOVQ dst+40(FP), DI
+	MOVQ pf+48(FP), R10
+	MOVQ CX, DX
+	ANDQ $-64, DX
+	TESTQ BX, BX
+	JEQ done
+row:
+	LEAQ (R8)(R10*1), R11
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ AX, AX
+	TESTQ DX, DX
+	JEQ tail
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	PREFETCHT0 64(R11)(AX*2)
+	VCVTPH2PS 0(R8)(AX*2), Z4
+	VCVTPH2PS 32(R8)(AX*2), Z5
+	VCVTPH2PS 64(R8)(AX*2), Z6
+	VCVTPH2PS 96(R8)(AX*2), Z7
+	VFMADD231PS 0(SI)(AX*4), Z4, Z0
+	VFMADD231PS 64(SI)(AX*4), Z5, Z1
+	VFMADD231PS 128(SI)(AX*4), Z6, Z2
+	VFMADD231PS 192(SI)(AX*4), Z7, Z3
+	ADDQ $64, AX
+	CMPQ AX, DX
+	JB loop
+tail:
+	CMPQ AX, CX
+	JAE sum
+	VCVTPH2PS (R8)(AX*2), Z4
+	VCVTPH2PS 32(R8)(AX*2), Z5
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	VFMADD231PS 64(SI)(AX*4), Z5, Z1
+sum:
+	VADDPS Z3, Z2, Z2
+	VADDPS Z1, Z0, Z0
+	VADDPS Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS Z1, Z0, Z0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
+done:
+	VZEROUPPER
+	RET
+
 TEXT ·axpy4F16AVX512(SB), NOSPLIT, $0-96
 	MOVQ dst+0(FP), DI
 	MOVQ w0+8(FP), R8
@@ -1506,6 +1986,49 @@ loop:
 	ADDQ $32, AX
 	CMPQ AX, CX
 	JB loop
+done:
+	VZEROUPPER
+	RET
+
+TEXT ·axpyRowsF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ stride+16(FP), R9
+	MOVQ a+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ pf+48(FP), R10
+	VXORPS X14, X14, X14
+	TESTQ CX, CX
+	JEQ done
+	TESTQ BX, BX
+	JEQ done
+row:
+	VMOVSS (SI), X15
+	VUCOMISS X14, X15
+	JNE nonzero
+	JPS nonzero
+	JMP next
+nonzero:
+	VBROADCASTSS (SI), Z15
+	LEAQ (R8)(R10*1), R11
+	XORQ AX, AX
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	VCVTPH2PS (R8)(AX*2), Z2
+	VCVTPH2PS 32(R8)(AX*2), Z3
+	VFMADD213PS (DI)(AX*4), Z15, Z2
+	VFMADD213PS 64(DI)(AX*4), Z15, Z3
+	VMOVUPS Z2, (DI)(AX*4)
+	VMOVUPS Z3, 64(DI)(AX*4)
+	ADDQ $32, AX
+	CMPQ AX, CX
+	JB loop
+next:
+	ADDQ $4, SI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
 done:
 	VZEROUPPER
 	RET
@@ -1837,6 +2360,73 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+TEXT ·dotRowsBF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), R8
+	MOVQ stride+8(FP), R9
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ m+32(FP), BX
+	MOVQ dst+40(FP), DI
+	MOVQ pf+48(FP), R10
+	MOVQ CX, DX
+	ANDQ $-64, DX
+	TESTQ BX, BX
+	JEQ done
+row:
+	LEAQ (R8)(R10*1), R11
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ AX, AX
+	TESTQ DX, DX
+	JEQ tail
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	PREFETCHT0 64(R11)(AX*2)
+	VPMOVZXWD 0(R8)(AX*2), Z4
+	VPSLLD $16, Z4, Z4
+	VPMOVZXWD 32(R8)(AX*2), Z5
+	VPSLLD $16, Z5, Z5
+	VPMOVZXWD 64(R8)(AX*2), Z6
+	VPSLLD $16, Z6, Z6
+	VPMOVZXWD 96(R8)(AX*2), Z7
+	VPSLLD $16, Z7, Z7
+	VFMADD231PS 0(SI)(AX*4), Z4, Z0
+	VFMADD231PS 64(SI)(AX*4), Z5, Z1
+	VFMADD231PS 128(SI)(AX*4), Z6, Z2
+	VFMADD231PS 192(SI)(AX*4), Z7, Z3
+	ADDQ $64, AX
+	CMPQ AX, DX
+	JB loop
+tail:
+	CMPQ AX, CX
+	JAE sum
+	VPMOVZXWD (R8)(AX*2), Z4
+	VPSLLD $16, Z4, Z4
+	VPMOVZXWD 32(R8)(AX*2), Z5
+	VPSLLD $16, Z5, Z5
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	VFMADD231PS 64(SI)(AX*4), Z5, Z1
+sum:
+	VADDPS Z3, Z2, Z2
+	VADDPS Z1, Z0, Z0
+	VADDPS Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS Z1, Z0, Z0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
+done:
+	VZEROUPPER
+	RET
+
 TEXT ·axpy4BF16AVX512(SB), NOSPLIT, $0-96
 	MOVQ dst+0(FP), DI
 	MOVQ w0+8(FP), R8
@@ -1915,6 +2505,51 @@ loop:
 	ADDQ $32, AX
 	CMPQ AX, CX
 	JB loop
+done:
+	VZEROUPPER
+	RET
+
+TEXT ·axpyRowsBF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ stride+16(FP), R9
+	MOVQ a+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ pf+48(FP), R10
+	VXORPS X14, X14, X14
+	TESTQ CX, CX
+	JEQ done
+	TESTQ BX, BX
+	JEQ done
+row:
+	VMOVSS (SI), X15
+	VUCOMISS X14, X15
+	JNE nonzero
+	JPS nonzero
+	JMP next
+nonzero:
+	VBROADCASTSS (SI), Z15
+	LEAQ (R8)(R10*1), R11
+	XORQ AX, AX
+loop:
+	PREFETCHT0 0(R11)(AX*2)
+	VPMOVZXWD (R8)(AX*2), Z2
+	VPSLLD $16, Z2, Z2
+	VPMOVZXWD 32(R8)(AX*2), Z3
+	VPSLLD $16, Z3, Z3
+	VFMADD213PS (DI)(AX*4), Z15, Z2
+	VFMADD213PS 64(DI)(AX*4), Z15, Z3
+	VMOVUPS Z2, (DI)(AX*4)
+	VMOVUPS Z3, 64(DI)(AX*4)
+	ADDQ $32, AX
+	CMPQ AX, CX
+	JB loop
+next:
+	ADDQ $4, SI
+	ADDQ R9, R8
+	DECQ BX
+	JNE row
 done:
 	VZEROUPPER
 	RET
@@ -2251,5 +2886,178 @@ done:
 	VPADDQ X1, X0, X0
 	VZEROUPPER
 	MOVQ X0, ret+16(FP)
+	RET
+
+DATA swigluConst<>+0(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+4(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+8(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+12(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+16(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+20(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+24(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+28(SB)/4, $0x3fb8aa3b
+DATA swigluConst<>+32(SB)/4, $0x3f318000
+DATA swigluConst<>+36(SB)/4, $0x3f318000
+DATA swigluConst<>+40(SB)/4, $0x3f318000
+DATA swigluConst<>+44(SB)/4, $0x3f318000
+DATA swigluConst<>+48(SB)/4, $0x3f318000
+DATA swigluConst<>+52(SB)/4, $0x3f318000
+DATA swigluConst<>+56(SB)/4, $0x3f318000
+DATA swigluConst<>+60(SB)/4, $0x3f318000
+DATA swigluConst<>+64(SB)/4, $0xb95e8083
+DATA swigluConst<>+68(SB)/4, $0xb95e8083
+DATA swigluConst<>+72(SB)/4, $0xb95e8083
+DATA swigluConst<>+76(SB)/4, $0xb95e8083
+DATA swigluConst<>+80(SB)/4, $0xb95e8083
+DATA swigluConst<>+84(SB)/4, $0xb95e8083
+DATA swigluConst<>+88(SB)/4, $0xb95e8083
+DATA swigluConst<>+92(SB)/4, $0xb95e8083
+DATA swigluConst<>+96(SB)/4, $0x3f800000
+DATA swigluConst<>+100(SB)/4, $0x3f800000
+DATA swigluConst<>+104(SB)/4, $0x3f800000
+DATA swigluConst<>+108(SB)/4, $0x3f800000
+DATA swigluConst<>+112(SB)/4, $0x3f800000
+DATA swigluConst<>+116(SB)/4, $0x3f800000
+DATA swigluConst<>+120(SB)/4, $0x3f800000
+DATA swigluConst<>+124(SB)/4, $0x3f800000
+DATA swigluConst<>+128(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+132(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+136(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+140(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+144(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+148(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+152(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+156(SB)/4, $0x42b0c0a5
+DATA swigluConst<>+160(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+164(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+168(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+172(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+176(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+180(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+184(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+188(SB)/4, $0xc2b0c0a5
+DATA swigluConst<>+192(SB)/4, $0x39506967
+DATA swigluConst<>+196(SB)/4, $0x39506967
+DATA swigluConst<>+200(SB)/4, $0x39506967
+DATA swigluConst<>+204(SB)/4, $0x39506967
+DATA swigluConst<>+208(SB)/4, $0x39506967
+DATA swigluConst<>+212(SB)/4, $0x39506967
+DATA swigluConst<>+216(SB)/4, $0x39506967
+DATA swigluConst<>+220(SB)/4, $0x39506967
+DATA swigluConst<>+224(SB)/4, $0x3ab743ce
+DATA swigluConst<>+228(SB)/4, $0x3ab743ce
+DATA swigluConst<>+232(SB)/4, $0x3ab743ce
+DATA swigluConst<>+236(SB)/4, $0x3ab743ce
+DATA swigluConst<>+240(SB)/4, $0x3ab743ce
+DATA swigluConst<>+244(SB)/4, $0x3ab743ce
+DATA swigluConst<>+248(SB)/4, $0x3ab743ce
+DATA swigluConst<>+252(SB)/4, $0x3ab743ce
+DATA swigluConst<>+256(SB)/4, $0x3c088908
+DATA swigluConst<>+260(SB)/4, $0x3c088908
+DATA swigluConst<>+264(SB)/4, $0x3c088908
+DATA swigluConst<>+268(SB)/4, $0x3c088908
+DATA swigluConst<>+272(SB)/4, $0x3c088908
+DATA swigluConst<>+276(SB)/4, $0x3c088908
+DATA swigluConst<>+280(SB)/4, $0x3c088908
+DATA swigluConst<>+284(SB)/4, $0x3c088908
+DATA swigluConst<>+288(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+292(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+296(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+300(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+304(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+308(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+312(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+316(SB)/4, $0x3d2aa9c1
+DATA swigluConst<>+320(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+324(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+328(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+332(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+336(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+340(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+344(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+348(SB)/4, $0x3e2aaaaa
+DATA swigluConst<>+352(SB)/4, $0x3f000000
+DATA swigluConst<>+356(SB)/4, $0x3f000000
+DATA swigluConst<>+360(SB)/4, $0x3f000000
+DATA swigluConst<>+364(SB)/4, $0x3f000000
+DATA swigluConst<>+368(SB)/4, $0x3f000000
+DATA swigluConst<>+372(SB)/4, $0x3f000000
+DATA swigluConst<>+376(SB)/4, $0x3f000000
+DATA swigluConst<>+380(SB)/4, $0x3f000000
+DATA swigluConst<>+384(SB)/4, $0x0000007f
+DATA swigluConst<>+388(SB)/4, $0x0000007f
+DATA swigluConst<>+392(SB)/4, $0x0000007f
+DATA swigluConst<>+396(SB)/4, $0x0000007f
+DATA swigluConst<>+400(SB)/4, $0x0000007f
+DATA swigluConst<>+404(SB)/4, $0x0000007f
+DATA swigluConst<>+408(SB)/4, $0x0000007f
+DATA swigluConst<>+412(SB)/4, $0x0000007f
+GLOBL swigluConst<>(SB), RODATA|NOPTR, $416
+
+TEXT ·swigluAVX2(SB), NOSPLIT, $0-24
+	MOVQ gate+0(FP), DI
+	MOVQ up+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+	TESTQ CX, CX
+	JEQ done
+loop:
+	VMOVUPS 0(DI)(AX*4), Y0
+	VXORPS Y1, Y1, Y1
+	VSUBPS Y0, Y1, Y1
+	VMINPS swigluConst<>+128(SB), Y1, Y1
+	VMAXPS swigluConst<>+160(SB), Y1, Y1
+	VMULPS swigluConst<>+0(SB), Y1, Y2
+	VROUNDPS $0, Y2, Y2
+	VFNMADD231PS swigluConst<>+32(SB), Y2, Y1
+	VFNMADD231PS swigluConst<>+64(SB), Y2, Y1
+	VMOVUPS swigluConst<>+192(SB), Y3
+	VFMADD213PS swigluConst<>+224(SB), Y1, Y3
+	VFMADD213PS swigluConst<>+256(SB), Y1, Y3
+	VFMADD213PS swigluConst<>+288(SB), Y1, Y3
+	VFMADD213PS swigluConst<>+320(SB), Y1, Y3
+	VFMADD213PS swigluConst<>+352(SB), Y1, Y3
+	VMULPS Y1, Y1, Y4
+	VFMADD213PS Y1, Y4, Y3
+	VADDPS swigluConst<>+96(SB), Y3, Y3
+	VCVTPS2DQ Y2, Y2
+	VPADDD swigluConst<>+384(SB), Y2, Y2
+	VPSLLD $23, Y2, Y2
+	VMULPS Y2, Y3, Y3
+	VADDPS swigluConst<>+96(SB), Y3, Y3
+	VDIVPS Y3, Y0, Y0
+	VMULPS 0(SI)(AX*4), Y0, Y0
+	VMOVUPS Y0, 0(DI)(AX*4)
+	VMOVUPS 32(DI)(AX*4), Y5
+	VXORPS Y6, Y6, Y6
+	VSUBPS Y5, Y6, Y6
+	VMINPS swigluConst<>+128(SB), Y6, Y6
+	VMAXPS swigluConst<>+160(SB), Y6, Y6
+	VMULPS swigluConst<>+0(SB), Y6, Y7
+	VROUNDPS $0, Y7, Y7
+	VFNMADD231PS swigluConst<>+32(SB), Y7, Y6
+	VFNMADD231PS swigluConst<>+64(SB), Y7, Y6
+	VMOVUPS swigluConst<>+192(SB), Y8
+	VFMADD213PS swigluConst<>+224(SB), Y6, Y8
+	VFMADD213PS swigluConst<>+256(SB), Y6, Y8
+	VFMADD213PS swigluConst<>+288(SB), Y6, Y8
+	VFMADD213PS swigluConst<>+320(SB), Y6, Y8
+	VFMADD213PS swigluConst<>+352(SB), Y6, Y8
+	VMULPS Y6, Y6, Y9
+	VFMADD213PS Y6, Y9, Y8
+	VADDPS swigluConst<>+96(SB), Y8, Y8
+	VCVTPS2DQ Y7, Y7
+	VPADDD swigluConst<>+384(SB), Y7, Y7
+	VPSLLD $23, Y7, Y7
+	VMULPS Y7, Y8, Y8
+	VADDPS swigluConst<>+96(SB), Y8, Y8
+	VDIVPS Y8, Y5, Y5
+	VMULPS 32(SI)(AX*4), Y5, Y5
+	VMOVUPS Y5, 32(DI)(AX*4)
+	ADDQ $16, AX
+	CMPQ AX, CX
+	JB loop
+done:
+	VZEROUPPER
 	RET
 

@@ -160,6 +160,45 @@ func TestRawKernels(t *testing.T) {
 					}
 				}
 			}
+			// dotRows and axpyRows: m rows at a stride longer than a row,
+			// with and without prefetching, some coefficients zero.
+			for _, mult := range []int{1, 3, 17} {
+				n := mult * ks.blk
+				const m = 9
+				mat := randMat(rng, dt, m, n+5, 1)
+				base, stride := unsafe.Pointer(&mat.Data[0]), (n+5)*es
+				x := randVec(rng, n)
+				a := randVec(rng, m)
+				a[2], a[7] = 0, 0
+				for _, pf := range []int{0, 512} {
+					got := make([]float32, m+1)
+					got[m] = 42
+					ks.dotRows[d](base, stride, &x[0], n, m, &got[0], pf)
+					require.Equal(t, float32(42), got[m], "dotRows wrote past m")
+					dst0 := randVec(rng, n+1)
+					dst := append([]float32(nil), dst0...)
+					ks.axpyRows[d](&dst[0], base, stride, &a[0], n, m, pf)
+					require.Equal(t, dst0[n], dst[n], "axpyRows wrote past n")
+					for r := 0; r < m; r++ {
+						var want, scale float64
+						for c := 0; c < n; c++ {
+							v := mat.vals[r*(n+5)+c] * float64(x[c])
+							want += v
+							scale += math.Abs(v)
+						}
+						checkClose(t, got[r], want, scale, tol, "dotRows %v n=%d pf=%d row %d", dt, n, pf, r)
+					}
+					for c := 0; c < n; c++ {
+						want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
+						for r := 0; r < m; r++ {
+							v := float64(a[r]) * mat.vals[r*(n+5)+c]
+							want += v
+							scale += math.Abs(v)
+						}
+						checkClose(t, dst[c], want, scale, tol, "axpyRows %v n=%d pf=%d col %d", dt, n, pf, c)
+					}
+				}
+			}
 			// gemm: gr rows × gt tokens.
 			for _, mult := range []int{1, 2, 7, 33} {
 				n := mult * ks.gblk
@@ -202,6 +241,28 @@ func TestRawKernels(t *testing.T) {
 					}
 					checkClose(t, dst[u*C+c], want, scale, 1e-5, "gemmT kc=%d t=%d c=%d", kc, u, c)
 				}
+			}
+		}
+		// swiglu over a wide range of gate values, the exp clamp included.
+		{
+			n := 16 * 40
+			g, u := make([]float32, n), make([]float32, n)
+			for i := range g {
+				g[i] = float32(rng.Float64()*240 - 120)
+				if i < n/2 {
+					g[i] /= 20
+				}
+				u[i] = float32(rng.NormFloat64())
+			}
+			g[0], g[1], g[2], g[3] = 0, 88.5, -88.5, -87
+			want := make([]float64, n)
+			for i := range g {
+				x := float64(g[i])
+				want[i] = x / (1 + math.Exp(-x)) * float64(u[i])
+			}
+			ks.swiglu(&g[0], &u[0], n)
+			for i, w := range want {
+				checkClose(t, g[i], w, math.Max(1, math.Abs(w)), 1e-6, "swiglu %d", i)
 			}
 		}
 		// readSum over 128-byte multiples.

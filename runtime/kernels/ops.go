@@ -154,7 +154,7 @@ func (j *job) do(lo, hi int, s *scratch) {
 	case opAttention:
 		attentionRange(j.ks, j, lo, hi, s)
 	case opSwiGLU:
-		swigluRange(j.dst[lo:hi], j.x[lo:hi])
+		swigluRange(j.ks, j.dst[lo:hi], j.x[lo:hi])
 	case opMatMul:
 		matMulRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
 	case opMatMulT:
@@ -185,6 +185,10 @@ const prefetchBytes = 8 << 10
 // at a time (a single stream, which the hardware prefetchers follow better
 // than four short ones); longer or gathered rows go four at a time.
 const seqRowBytes = 2048
+
+// dotRowsAhead is how many bytes ahead of its position dotRows and axpyRows
+// prefetch (512 measured best of 0…4096 on the SmolLM2 FFN shape, Zen 3).
+const dotRowsAhead = 512
 
 // dot returns Σ_{e<n} W[e]·x[e] for the row at p: the kernel set on the whole
 // blocks (nb elements), the generic loop on the tail.
@@ -227,9 +231,17 @@ func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32,
 	k := lo
 	if rows == nil && rb < seqRowBytes {
 		// Short rows: one row after the other is a single stream, which the
-		// hardware prefetchers follow better than four short ones.
-		for ; k < hi; k++ {
-			dst[k] = dot(ks, d, es, unsafe.Add(base, rowIndex(rows, k, w.Rows)*rb), x, n, nb)
+		// hardware prefetchers follow better than four short ones; one call
+		// runs the whole range.
+		if nb > 0 {
+			ks.dotRows[d](unsafe.Add(base, lo*rb), rb, &x[0], nb, hi-lo, &dst[lo], dotRowsAhead)
+		} else {
+			clear(dst[lo:hi])
+		}
+		if nb < n {
+			for ; k < hi; k++ {
+				dst[k] += genericSet.dot1[d](unsafe.Add(base, k*rb+nb*es), &x[nb], n-nb)
+			}
 		}
 		return
 	}
@@ -262,16 +274,17 @@ func accumRows(ks *kernelSet, d, es int, dst []float32, base unsafe.Pointer, str
 	}
 	nb := n &^ (ks.blk - 1)
 	if stream && rows == nil && stride < seqRowBytes {
-		for j, aj := range a {
-			if aj != 0 {
-				p := unsafe.Add(base, rowIndex(rows, j, nrows)*stride)
-				if nb > 0 {
-					ks.axpy1[d](&dst[0], p, aj, nb)
-				}
-				if nb < n {
-					genericSet.axpy1[d](&dst[nb], unsafe.Add(p, nb*es), aj, n-nb)
-				}
-			}
+		if len(a) > nrows {
+			panic(fmt.Sprintf("kernels: row %d out of range [0, %d)", len(a)-1, nrows))
+		}
+		if len(a) == 0 {
+			return
+		}
+		if nb > 0 {
+			ks.axpyRows[d](&dst[0], base, stride, &a[0], nb, len(a), dotRowsAhead)
+		}
+		if nb < n {
+			genericSet.axpyRows[d](&dst[nb], unsafe.Add(base, nb*es), stride, &a[0], n-nb, len(a), 0)
 		}
 		return
 	}

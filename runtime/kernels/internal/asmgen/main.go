@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"math"
 	"os"
 )
 
@@ -139,14 +140,17 @@ func amd64(g *gen) {
 		for _, d := range dtypes {
 			x.dot4(g, d)
 			x.dot1(g, d)
+			x.dotRows(g, d)
 			x.axpy4(g, d)
 			x.axpy1(g, d)
+			x.axpyRows(g, d)
 			x.gemm(g, d)
 			x.cvt(g, d)
 		}
 		x.gemmT(g)
 	}
 	readSumAVX2(g)
+	swigluAVX2(g)
 }
 
 func (x x86) text(g *gen, name string, args int, goSig string) {
@@ -263,6 +267,71 @@ func (x x86) dot1(g *gen, d dtype) {
 	g.p("")
 }
 
+// dotRows: dst[r] = Σ_{e<n} w_r[e]·x[e] for r < m, where row r starts at
+// w + r·stride bytes; n a multiple of 2·vw. The rows are read one after the
+// other in a single call, prefetching pf bytes ahead of the current position.
+func (x x86) dotRows(g *gen, d dtype) {
+	name := "dotRows" + d.name + x.name
+	x.text(g, name, 56, "(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)")
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("MOVQ x+16(FP), SI")
+	g.i("MOVQ n+24(FP), CX")
+	g.i("MOVQ m+32(FP), BX")
+	g.i("MOVQ dst+40(FP), DI")
+	g.i("MOVQ pf+48(FP), R10")
+	g.i("MOVQ CX, DX")
+	g.i("ANDQ $-%d, DX", 4*x.vw)
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.p("row:")
+	g.i("LEAQ (R8)(R10*1), R11")
+	for i := 0; i < 4; i++ {
+		x.zero(g, i)
+	}
+	g.i("XORQ AX, AX")
+	g.i("TESTQ DX, DX")
+	g.i("JEQ tail")
+	g.p("loop:")
+	for off := 0; off < 4*x.vw*d.size; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+	}
+	for k := 0; k < 4; k++ {
+		x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", k*x.vw*d.size, d.size), x.v(4+k))
+	}
+	for k := 0; k < 4; k++ {
+		g.i("VFMADD231PS %d(SI)(AX*4), %s, %s", k*4*x.vw, x.v(4+k), x.v(k))
+	}
+	g.i("ADDQ $%d, AX", 4*x.vw)
+	g.i("CMPQ AX, DX")
+	g.i("JB loop")
+	g.p("tail:")
+	g.i("CMPQ AX, CX")
+	g.i("JAE sum")
+	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(4))
+	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(5))
+	g.i("VFMADD231PS (SI)(AX*4), %s, %s", x.v(4), x.v(0))
+	g.i("VFMADD231PS %d(SI)(AX*4), %s, %s", 4*x.vw, x.v(5), x.v(1))
+	g.p("sum:")
+	g.i("VADDPS %s, %s, %s", x.v(3), x.v(2), x.v(2))
+	g.i("VADDPS %s, %s, %s", x.v(1), x.v(0), x.v(0))
+	g.i("VADDPS %s, %s, %s", x.v(2), x.v(0), x.v(0))
+	x.toY(g, 0, 1)
+	g.i("VEXTRACTF128 $1, Y0, X1")
+	g.i("VADDPS X1, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VMOVSS X0, (DI)")
+	g.i("ADDQ $4, DI")
+	g.i("ADDQ R9, R8")
+	g.i("DECQ BX")
+	g.i("JNE row")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
 // axpy4: dst[e] += Σ_r a_r·w_r[e] for e < n; n a multiple of 2·vw. The rows
 // at p0..p3 are prefetched at the same pace.
 func (x x86) axpy4(g *gen, d dtype) {
@@ -328,6 +397,59 @@ func (x x86) axpy1(g *gen, d dtype) {
 	g.i("ADDQ $%d, AX", 2*x.vw)
 	g.i("CMPQ AX, CX")
 	g.i("JB loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// axpyRows: dst[e] += Σ_{r<m} a[r]·w_r[e] for e < n, where row r starts at
+// w + r·stride bytes; n a multiple of 2·vw. Rows are added one after the other
+// in a single call (one stream, prefetched pf bytes ahead); rows with
+// a[r] == 0 are skipped.
+func (x x86) axpyRows(g *gen, d dtype) {
+	name := "axpyRows" + d.name + x.name
+	x.text(g, name, 56, "(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)")
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ w+8(FP), R8")
+	g.i("MOVQ stride+16(FP), R9")
+	g.i("MOVQ a+24(FP), SI")
+	g.i("MOVQ n+32(FP), CX")
+	g.i("MOVQ m+40(FP), BX")
+	g.i("MOVQ pf+48(FP), R10")
+	g.i("VXORPS X14, X14, X14")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.p("row:")
+	g.i("VMOVSS (SI), X15")
+	g.i("VUCOMISS X14, X15")
+	g.i("JNE nonzero")
+	g.i("JPS nonzero") // unordered (NaN): add it
+	g.i("JMP next")
+	g.p("nonzero:")
+	g.i("VBROADCASTSS (SI), %s", x.v(15))
+	g.i("LEAQ (R8)(R10*1), R11")
+	g.i("XORQ AX, AX")
+	g.p("loop:")
+	for off := 0; off < 2*x.vw*d.size; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+	}
+	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(2))
+	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(3))
+	g.i("VFMADD213PS (DI)(AX*4), %s, %s", x.v(15), x.v(2))
+	g.i("VFMADD213PS %d(DI)(AX*4), %s, %s", 4*x.vw, x.v(15), x.v(3))
+	g.i("VMOVUPS %s, (DI)(AX*4)", x.v(2))
+	g.i("VMOVUPS %s, %d(DI)(AX*4)", x.v(3), 4*x.vw)
+	g.i("ADDQ $%d, AX", 2*x.vw)
+	g.i("CMPQ AX, CX")
+	g.i("JB loop")
+	g.p("next:")
+	g.i("ADDQ $4, SI")
+	g.i("ADDQ R9, R8")
+	g.i("DECQ BX")
+	g.i("JNE row")
 	g.p("done:")
 	g.i("VZEROUPPER")
 	g.i("RET")
@@ -524,6 +646,80 @@ func readSumAVX2(g *gen) {
 	g.p("")
 }
 
+// swigluAVX2: g[i] = g[i]/(1+e^(−g[i]))·u[i] for i < n; n a multiple of 16.
+// e^x is Cephes' expf: x clamped to ±88.376, x = k·ln2 + r with |r| ≤ ln2/2
+// (ln2 in two parts), e^r by a degree-7 polynomial, 2^k by the exponent bits
+// (relative error about 2e-7). The constants sit in a table of 8-lane rows.
+func swigluAVX2(g *gen) {
+	consts := []uint32{
+		math.Float32bits(1.44269504088896341), // 0 log2(e)
+		math.Float32bits(0.693359375),         // 1 ln2, high part
+		math.Float32bits(-2.12194440e-4),      // 2 ln2, low part
+		math.Float32bits(1),                   // 3
+		math.Float32bits(88.3762626647949),    // 4 clamp
+		math.Float32bits(-88.3762626647949),   // 5 clamp
+		math.Float32bits(1.9875691500e-4),     // 6..11 polynomial
+		math.Float32bits(1.3981999507e-3),
+		math.Float32bits(8.3334519073e-3),
+		math.Float32bits(4.1665795894e-2),
+		math.Float32bits(1.6666665459e-1),
+		math.Float32bits(5.0000001201e-1),
+		127, // 12 exponent bias (int32)
+	}
+	for i, c := range consts {
+		for l := 0; l < 8; l++ {
+			g.p("DATA swigluConst<>+%d(SB)/4, $0x%08x", 32*i+4*l, c)
+		}
+	}
+	g.p("GLOBL swigluConst<>(SB), RODATA|NOPTR, $%d", 32*len(consts))
+	g.p("")
+	c := func(i int) string { return fmt.Sprintf("swigluConst<>+%d(SB)", 32*i) }
+	x := x86{name: "AVX2", vw: 8, r: "Y"}
+	x.text(g, "swigluAVX2", 24, "(gate, up *float32, n int)")
+	g.i("MOVQ gate+0(FP), DI")
+	g.i("MOVQ up+8(FP), SI")
+	g.i("MOVQ n+16(FP), CX")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	// Two vectors per iteration: registers 0-3 and 4-7 (g, x then r, k, p).
+	for h := 0; h < 2; h++ {
+		gr, xr, k, p, t := 5*h, 5*h+1, 5*h+2, 5*h+3, 5*h+4
+		g.i("VMOVUPS %d(DI)(AX*4), Y%d", 32*h, gr)
+		g.i("VXORPS Y%d, Y%d, Y%d", xr, xr, xr)
+		g.i("VSUBPS Y%d, Y%d, Y%d", gr, xr, xr) // x = −g
+		g.i("VMINPS %s, Y%d, Y%d", c(4), xr, xr)
+		g.i("VMAXPS %s, Y%d, Y%d", c(5), xr, xr)
+		g.i("VMULPS %s, Y%d, Y%d", c(0), xr, k)
+		g.i("VROUNDPS $0, Y%d, Y%d", k, k) // k = round(x·log2 e)
+		g.i("VFNMADD231PS %s, Y%d, Y%d", c(1), k, xr)
+		g.i("VFNMADD231PS %s, Y%d, Y%d", c(2), k, xr) // r = x − k·ln2
+		g.i("VMOVUPS %s, Y%d", c(6), p)
+		for j := 7; j <= 11; j++ {
+			g.i("VFMADD213PS %s, Y%d, Y%d", c(j), xr, p)
+		}
+		g.i("VMULPS Y%d, Y%d, Y%d", xr, xr, t)
+		g.i("VFMADD213PS Y%d, Y%d, Y%d", xr, t, p) // p·r² + r
+		g.i("VADDPS %s, Y%d, Y%d", c(3), p, p)     // e^r
+		g.i("VCVTPS2DQ Y%d, Y%d", k, k)
+		g.i("VPADDD %s, Y%d, Y%d", c(12), k, k)
+		g.i("VPSLLD $23, Y%d, Y%d", k, k) // 2^k
+		g.i("VMULPS Y%d, Y%d, Y%d", k, p, p)
+		g.i("VADDPS %s, Y%d, Y%d", c(3), p, p) // 1 + e^x
+		g.i("VDIVPS Y%d, Y%d, Y%d", p, gr, gr)
+		g.i("VMULPS %d(SI)(AX*4), Y%d, Y%d", 32*h, gr, gr)
+		g.i("VMOVUPS Y%d, %d(DI)(AX*4)", gr, 32*h)
+	}
+	g.i("ADDQ $16, AX")
+	g.i("CMPQ AX, CX")
+	g.i("JB loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
 // ---------------------------------------------------------------- arm64 ---
 
 // Instructions the Go arm64 assembler does not know, as WORDs.
@@ -611,8 +807,10 @@ func arm64(g *gen) {
 	for _, d := range dtypes {
 		neonDot4(g, d)
 		neonDot1(g, d)
+		neonDotRows(g, d)
 		neonAxpy4(g, d)
 		neonAxpy1(g, d)
+		neonAxpyRows(g, d)
 		neonGemm(g, d, gr, gt)
 		neonCvt(g, d)
 	}
@@ -702,6 +900,53 @@ func neonDot1(g *gen, d dtype) {
 	g.p("")
 }
 
+// neonDotRows is dotRows for NEON (n a multiple of 16).
+func neonDotRows(g *gen, d dtype) {
+	name := "dotRows" + d.name + "NEON"
+	neonText(g, name, 56, "(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)")
+	g.i("MOVD w+0(FP), R0")
+	g.i("MOVD stride+8(FP), R1")
+	g.i("MOVD x+16(FP), R2")
+	g.i("MOVD n+24(FP), R3")
+	g.i("MOVD m+32(FP), R6")
+	g.i("MOVD dst+40(FP), R7")
+	g.i("MOVD pf+48(FP), R8")
+	zero(g, zeroV)
+	g.i("CBZ R6, done")
+	g.i("CBZ R3, done")
+	g.p("row:")
+	g.i("MOVD R0, R9")
+	g.i("ADD R8, R0, R10")
+	g.i("MOVD R2, R4")
+	g.i("MOVD R3, R5")
+	zero(g, 16, 17, 18, 19)
+	g.p("loop:")
+	for off := 0; off < 16*d.size; off += 64 {
+		g.i("PRFM %d(R10), PLDL1KEEP", off)
+	}
+	g.i("ADD $%d, R10, R10", 16*d.size)
+	g.i("VLD1.P 64(R4), [V0.S4, V1.S4, V2.S4, V3.S4]")
+	neonLoad16(g, d, "R9", 4, 12)
+	for j := 0; j < 4; j++ {
+		g.i("VFMLA V%d.S4, V%d.S4, V%d.S4", 4+j, j, 16+j)
+	}
+	g.i("SUBS $16, R5, R5")
+	g.i("BNE loop")
+	g.i(faddV(16, 16, 17))
+	g.i(faddV(18, 18, 19))
+	g.i(faddV(16, 16, 18))
+	g.i(faddpV(16, 16, 16))
+	g.i(faddpS(16, 16))
+	g.i("FMOVS F16, (R7)")
+	g.i("ADD $4, R7, R7")
+	g.i("ADD R1, R0, R0")
+	g.i("SUBS $1, R6, R6")
+	g.i("BNE row")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
 func neonAxpy4(g *gen, d dtype) {
 	name := "axpy4" + d.name + "NEON"
 	neonText(g, name, 96, "(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)")
@@ -751,6 +996,52 @@ func neonAxpy1(g *gen, d dtype) {
 	}
 	g.i("VST1.P [V16.S4, V17.S4, V18.S4, V19.S4], 64(R0)")
 	neonLoopTail(g, "R6", 16)
+	g.i("RET")
+	g.p("")
+}
+
+// neonAxpyRows is axpyRows for NEON (n a multiple of 16).
+func neonAxpyRows(g *gen, d dtype) {
+	name := "axpyRows" + d.name + "NEON"
+	neonText(g, name, 56, "(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)")
+	g.i("MOVD dst+0(FP), R0")
+	g.i("MOVD w+8(FP), R1")
+	g.i("MOVD stride+16(FP), R2")
+	g.i("MOVD a+24(FP), R3")
+	g.i("MOVD n+32(FP), R5")
+	g.i("MOVD m+40(FP), R6")
+	g.i("MOVD pf+48(FP), R8")
+	zero(g, zeroV)
+	g.i("CBZ R5, done")
+	g.i("CBZ R6, done")
+	g.p("row:")
+	g.i("FMOVS (R3), F24")
+	g.i("ADD $4, R3, R3")
+	g.i("FCMPS $(0.0), F24")
+	g.i("BEQ next")
+	g.i("VDUP V24.S[0], V24.S4")
+	g.i("MOVD R1, R9")
+	g.i("ADD R8, R1, R10")
+	g.i("MOVD R0, R4")
+	g.i("MOVD R5, R7")
+	g.p("loop:")
+	for off := 0; off < 16*d.size; off += 64 {
+		g.i("PRFM %d(R10), PLDL1KEEP", off)
+	}
+	g.i("ADD $%d, R10, R10", 16*d.size)
+	g.i("VLD1 (R4), [V16.S4, V17.S4, V18.S4, V19.S4]")
+	neonLoad16(g, d, "R9", 4, 12)
+	for j := 0; j < 4; j++ {
+		g.i("VFMLA V%d.S4, V24.S4, V%d.S4", 4+j, 16+j)
+	}
+	g.i("VST1.P [V16.S4, V17.S4, V18.S4, V19.S4], 64(R4)")
+	g.i("SUBS $16, R7, R7")
+	g.i("BNE loop")
+	g.p("next:")
+	g.i("ADD R2, R1, R1")
+	g.i("SUBS $1, R6, R6")
+	g.i("BNE row")
+	g.p("done:")
 	g.i("RET")
 	g.p("")
 }
