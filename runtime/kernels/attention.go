@@ -30,7 +30,9 @@ func Attention(p *Pool, out, q, kc, vc []float32, a AttnShape) {
 	p.run(job{op: opAttention, ks: active, dst: out, x: q, k: kc, v: vc, attn: a}, a.T*a.Heads)
 }
 
-// attentionRange runs the token-head pairs [lo, hi) of an Attention job.
+// attentionRange runs the token-head pairs [lo, hi) of an Attention job:
+// the scores as one dotRows call over the cached keys (rows kvd floats
+// apart), softmax with expSum, and the values as one axpyRows call.
 func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 	a := j.attn
 	hd := a.HeadDim
@@ -47,31 +49,53 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 		qh := j.x[t*qd+h*hd : t*qd+(h+1)*hd]
 		off := (h / group) * hd
 		att := s.att[:n]
+		k := unsafe.Pointer(&j.k[off])
+		if nb > 0 {
+			ks.dotRows[0](k, 4*kvd, nil, &qh[0], nb, n, &att[0], 0)
+		} else {
+			clear(att)
+		}
 		maxv := float32(math.Inf(-1))
 		for pos := range att {
-			d := dot(ks, 0, 4, unsafe.Pointer(&j.k[pos*kvd+off]), qh, hd, nb) * scale
-			att[pos] = d
-			maxv = max(maxv, d)
+			if nb < hd {
+				att[pos] += genericSet.dot1[0](unsafe.Add(k, 4*(pos*kvd+nb)), &qh[nb], hd-nb)
+			}
+			att[pos] *= scale
+			maxv = max(maxv, att[pos])
 		}
+		eb := n &^ 15
 		var sum float32
-		for pos, d := range att {
-			e := float32(math.Exp(float64(d - maxv)))
-			att[pos] = e
-			sum += e
+		if eb > 0 {
+			sum = ks.expSum(&att[0], eb, maxv)
+		}
+		if eb < n {
+			sum += expSumGo(&att[eb], n-eb, maxv)
 		}
 		o := j.dst[t*qd+h*hd : t*qd+(h+1)*hd]
 		clear(o)
+		v := unsafe.Pointer(&j.v[off])
+		if nb > 0 {
+			ks.axpyRows[0](&o[0], v, 4*kvd, nil, &att[0], nb, n, 0)
+		}
+		if nb < hd {
+			genericSet.axpyRows[0](&o[nb], unsafe.Add(v, 4*nb), 4*kvd, nil, &att[0], hd-nb, n, 0)
+		}
 		inv := 1 / sum
-		for pos, e := range att {
-			v := unsafe.Pointer(&j.v[pos*kvd+off])
-			if nb > 0 {
-				ks.axpy1[0](&o[0], v, e*inv, nb)
-			}
-			if nb < hd {
-				genericSet.axpy1[0](&o[nb], unsafe.Add(v, nb*4), e*inv, hd-nb)
-			}
+		for i := range o {
+			o[i] *= inv
 		}
 	}
+}
+
+func expSumGo(xp *float32, n int, m float32) float32 {
+	var sum float32
+	x := xs(xp, n)
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		x[i] = e
+		sum += e
+	}
+	return sum
 }
 
 // SwiGLU sets g[i] = silu(g[i])·u[i] = g[i]/(1+e^(−g[i]))·u[i] for every i

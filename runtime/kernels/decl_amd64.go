@@ -25,7 +25,7 @@ func dot4F32AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n in
 func dot1F32AVX2(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsF32AVX2(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsF32AVX2(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4F32AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -34,10 +34,10 @@ func axpy4F32AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a
 func axpy1F32AVX2(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsF32AVX2(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsF32AVX2(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmF32AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmF32AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtF32AVX2(dst *float32, src unsafe.Pointer, n int)
@@ -49,7 +49,7 @@ func dot4F16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n in
 func dot1F16AVX2(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsF16AVX2(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsF16AVX2(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4F16AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -58,10 +58,10 @@ func axpy4F16AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a
 func axpy1F16AVX2(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsF16AVX2(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsF16AVX2(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtF16AVX2(dst *float32, src unsafe.Pointer, n int)
@@ -73,7 +73,7 @@ func dot4BF16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n i
 func dot1BF16AVX2(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsBF16AVX2(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsBF16AVX2(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4BF16AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -82,10 +82,10 @@ func axpy4BF16AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, 
 func axpy1BF16AVX2(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsBF16AVX2(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsBF16AVX2(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmBF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmBF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtBF16AVX2(dst *float32, src unsafe.Pointer, n int)
@@ -110,7 +110,7 @@ func dot4F32AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n 
 func dot1F32AVX512(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsF32AVX512(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsF32AVX512(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4F32AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -119,10 +119,10 @@ func axpy4F32AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer,
 func axpy1F32AVX512(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsF32AVX512(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsF32AVX512(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmF32AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmF32AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtF32AVX512(dst *float32, src unsafe.Pointer, n int)
@@ -134,7 +134,7 @@ func dot4F16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n 
 func dot1F16AVX512(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsF16AVX512(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsF16AVX512(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4F16AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -143,10 +143,10 @@ func axpy4F16AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer,
 func axpy1F16AVX512(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsF16AVX512(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsF16AVX512(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtF16AVX512(dst *float32, src unsafe.Pointer, n int)
@@ -158,7 +158,7 @@ func dot4BF16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n
 func dot1BF16AVX512(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsBF16AVX512(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsBF16AVX512(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4BF16AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -167,10 +167,10 @@ func axpy4BF16AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer
 func axpy1BF16AVX512(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsBF16AVX512(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsBF16AVX512(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmBF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmBF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtBF16AVX512(dst *float32, src unsafe.Pointer, n int)
@@ -183,3 +183,6 @@ func readSumAVX2(p unsafe.Pointer, n int) uint64
 
 //go:noescape
 func swigluAVX2(gate, up *float32, n int)
+
+//go:noescape
+func expSumAVX2(x *float32, n int, m float32) float32

@@ -25,7 +25,7 @@ func dot4F32NEON(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n in
 func dot1F32NEON(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsF32NEON(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsF32NEON(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4F32NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -34,10 +34,10 @@ func axpy4F32NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a
 func axpy1F32NEON(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsF32NEON(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsF32NEON(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmF32NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmF32NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtF32NEON(dst *float32, src unsafe.Pointer, n int)
@@ -49,7 +49,7 @@ func dot4F16NEON(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n in
 func dot1F16NEON(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsF16NEON(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsF16NEON(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4F16NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -58,10 +58,10 @@ func axpy4F16NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a
 func axpy1F16NEON(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsF16NEON(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsF16NEON(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmF16NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmF16NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtF16NEON(dst *float32, src unsafe.Pointer, n int)
@@ -73,7 +73,7 @@ func dot4BF16NEON(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n i
 func dot1BF16NEON(w unsafe.Pointer, x *float32, n int) float32
 
 //go:noescape
-func dotRowsBF16NEON(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+func dotRowsBF16NEON(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 
 //go:noescape
 func axpy4BF16NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
@@ -82,10 +82,10 @@ func axpy4BF16NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, 
 func axpy1BF16NEON(dst *float32, w unsafe.Pointer, a float32, n int)
 
 //go:noescape
-func axpyRowsBF16NEON(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
+func axpyRowsBF16NEON(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
 
 //go:noescape
-func gemmBF16NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+func gemmBF16NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 
 //go:noescape
 func cvtBF16NEON(dst *float32, src unsafe.Pointer, n int)

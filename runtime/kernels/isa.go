@@ -28,20 +28,22 @@ type kernelSet struct {
 	dot4 [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 	// dot1 returns the dot product of the n-element row w with x.
 	dot1 [3]func(w unsafe.Pointer, x *float32, n int) float32
-	// dotRows sets dst[r] to the dot product of the n-element row at
-	// w + r·stride bytes with x, for r < m, prefetching pf bytes ahead.
-	dotRows [3]func(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)
+	// dotRows sets dst[j] to the dot product of the n-element row r at
+	// w + r·stride bytes with x, for j < m and r = idx[j] (idx nil: r = j),
+	// prefetching contiguous rows pf bytes ahead, gathered ones a row ahead.
+	// Indices are not checked.
+	dotRows [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)
 	// axpy4 adds a0·w0 + a1·w1 + a2·w2 + a3·w3 to dst[:n], prefetching the
 	// rows p0..p3 as it goes.
 	axpy4 [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)
 	// axpy1 adds a·w to dst[:n].
 	axpy1 [3]func(dst *float32, w unsafe.Pointer, a float32, n int)
-	// axpyRows adds Σ_{r<m} a[r]·w_r to dst[:n], with the n-element row w_r
-	// at w + r·stride bytes, skipping a[r] == 0 and prefetching pf bytes ahead.
-	axpyRows [3]func(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)
-	// gemm sets out[r·gt+t] = Σ_{e<n} W_r[e]·X_t[e] for r < gr, t < gt, with
-	// W_r at w + r·wstride bytes and X_t at x + t·xstride bytes.
-	gemm [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)
+	// axpyRows adds Σ_{j<m} a[j]·w_r to dst[:n], with rows r as in dotRows,
+	// skipping a[j] == 0.
+	axpyRows [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
+	// gemm stores Σ_{e<n} W_r[e]·X_t[e] at dst + t·dstride + 4r for r < gr,
+	// t < gt, with W_r at w + r·wstride bytes and X_t at x + t·xstride bytes.
+	gemm [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 	// cvt decodes n weights at src into dst.
 	cvt [3]func(dst *float32, src unsafe.Pointer, n int)
 	// gemmT adds Σ_{k<kc} A_t[k]·W_k[c] to D_t[c] for t < tt, c < tc, with the
@@ -50,6 +52,9 @@ type kernelSet struct {
 	gemmT func(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
 	// swiglu sets g[i] = silu(g[i])·u[i] for i < n, n a multiple of 16.
 	swiglu func(g, u *float32, n int)
+	// expSum sets x[i] = e^(x[i]−m) for i < n, n a multiple of 16, and
+	// returns their sum.
+	expSum func(x *float32, n int, m float32) float32
 	// readSum returns a checksum of the n bytes at p (n a multiple of 128).
 	readSum func(p unsafe.Pointer, n int) uint64
 }
@@ -73,15 +78,16 @@ var genericSet = &kernelSet{
 	name: "generic", blk: 1, gblk: 1, gr: 1, gt: 4, tt: 4, tc: 8,
 	dot4:     [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32Go, dot4F16Go, dot4BF16Go},
 	dot1:     [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32Go, dot1F16Go, dot1BF16Go},
-	dotRows:  [3]func(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int){dotRowsF32Go, dotRowsF16Go, dotRowsBF16Go},
+	dotRows:  [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32Go, dotRowsF16Go, dotRowsBF16Go},
 	axpy4:    [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32Go, axpy4F16Go, axpy4BF16Go},
 	axpy1:    [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32Go, axpy1F16Go, axpy1BF16Go},
-	axpyRows: [3]func(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int){axpyRowsF32Go, axpyRowsF16Go, axpyRowsBF16Go},
-	gemm:     [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32){gemmF32Go, gemmF16Go, gemmBF16Go},
+	axpyRows: [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32Go, axpyRowsF16Go, axpyRowsBF16Go},
+	gemm:     [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32Go, gemmF16Go, gemmBF16Go},
 	cvt:      [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32Go, cvtF16Go, cvtBF16Go},
 	gemmT:    gemmTF32Go,
 	readSum:  readSumGo,
 	swiglu:   swigluGo,
+	expSum:   expSumGo,
 }
 
 // kernelSets lists the sets this CPU can run, the preferred one first and the
@@ -143,23 +149,32 @@ func dot1BF16Go(w unsafe.Pointer, x *float32, n int) float32 {
 	return dotBF16(u16s(w, n), xs(x, n))
 }
 
-func dotRowsGo(dot func(unsafe.Pointer, *float32, int) float32, w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32) {
+// rowAt returns row j of a row list for the row kernels: w + r·stride with
+// r = idx[j], or j when idx is nil.
+func rowAt(w unsafe.Pointer, stride int, idx *int32, j int) unsafe.Pointer {
+	if idx != nil {
+		j = int(*(*int32)(unsafe.Add(unsafe.Pointer(idx), 4*j)))
+	}
+	return unsafe.Add(w, j*stride)
+}
+
+func dotRowsGo(dot func(unsafe.Pointer, *float32, int) float32, w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32) {
 	d := xs(dst, m)
-	for r := range d {
-		d[r] = dot(unsafe.Add(w, r*stride), x, n)
+	for j := range d {
+		d[j] = dot(rowAt(w, stride, idx, j), x, n)
 	}
 }
 
-func dotRowsF32Go(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, _ int) {
-	dotRowsGo(dot1F32Go, w, stride, x, n, m, dst)
+func dotRowsF32Go(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, _ int) {
+	dotRowsGo(dot1F32Go, w, stride, idx, x, n, m, dst)
 }
 
-func dotRowsF16Go(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, _ int) {
-	dotRowsGo(dot1F16Go, w, stride, x, n, m, dst)
+func dotRowsF16Go(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, _ int) {
+	dotRowsGo(dot1F16Go, w, stride, idx, x, n, m, dst)
 }
 
-func dotRowsBF16Go(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, _ int) {
-	dotRowsGo(dot1BF16Go, w, stride, x, n, m, dst)
+func dotRowsBF16Go(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, _ int) {
+	dotRowsGo(dot1BF16Go, w, stride, idx, x, n, m, dst)
 }
 
 func dot4F32Go(w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32) {
@@ -213,24 +228,24 @@ func axpy4BF16Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1
 	axpy1BF16Go(dst, w3, a3, n)
 }
 
-func axpyRowsGo(axpy func(*float32, unsafe.Pointer, float32, int), dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int) {
-	for r, ar := range xs(a, m) {
-		if ar != 0 {
-			axpy(dst, unsafe.Add(w, r*stride), ar, n)
+func axpyRowsGo(axpy func(*float32, unsafe.Pointer, float32, int), dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int) {
+	for j, aj := range xs(a, m) {
+		if aj != 0 {
+			axpy(dst, rowAt(w, stride, idx, j), aj, n)
 		}
 	}
 }
 
-func axpyRowsF32Go(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, _ int) {
-	axpyRowsGo(axpy1F32Go, dst, w, stride, a, n, m)
+func axpyRowsF32Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, _ int) {
+	axpyRowsGo(axpy1F32Go, dst, w, stride, idx, a, n, m)
 }
 
-func axpyRowsF16Go(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, _ int) {
-	axpyRowsGo(axpy1F16Go, dst, w, stride, a, n, m)
+func axpyRowsF16Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, _ int) {
+	axpyRowsGo(axpy1F16Go, dst, w, stride, idx, a, n, m)
 }
 
-func axpyRowsBF16Go(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, _ int) {
-	axpyRowsGo(axpy1BF16Go, dst, w, stride, a, n, m)
+func axpyRowsBF16Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, _ int) {
+	axpyRowsGo(axpy1BF16Go, dst, w, stride, idx, a, n, m)
 }
 
 func cvtF32Go(dst *float32, src unsafe.Pointer, n int) {
@@ -262,7 +277,7 @@ func cvtBF16Go(dst *float32, src unsafe.Pointer, n int) {
 // gemmGo is the portable micro-kernel (gr 1, gt 4): it decodes the row in
 // chunks once (dtype index d, size bytes each) and dots each chunk with the
 // four tokens.
-func gemmGo(d, size int, w unsafe.Pointer, x *float32, xstride int, n int, out *[32]float32) {
+func gemmGo(d, size int, w unsafe.Pointer, x *float32, xstride int, n int, dst *float32, dstride int) {
 	var buf [256]float32
 	var s [4]float32
 	for e := 0; e < n; e += len(buf) {
@@ -281,19 +296,21 @@ func gemmGo(d, size int, w unsafe.Pointer, x *float32, xstride int, n int, out *
 			s[t] += dotF32(buf[:m], xs(xt, m))
 		}
 	}
-	copy(out[:4], s[:])
+	for t, v := range s {
+		*(*float32)(unsafe.Add(unsafe.Pointer(dst), t*dstride)) = v
+	}
 }
 
-func gemmF32Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, out *[32]float32) {
-	gemmGo(0, 4, w, x, xstride, n, out)
+func gemmF32Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, dst *float32, dstride int) {
+	gemmGo(0, 4, w, x, xstride, n, dst, dstride)
 }
 
-func gemmF16Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, out *[32]float32) {
-	gemmGo(1, 2, w, x, xstride, n, out)
+func gemmF16Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, dst *float32, dstride int) {
+	gemmGo(1, 2, w, x, xstride, n, dst, dstride)
 }
 
-func gemmBF16Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, out *[32]float32) {
-	gemmGo(2, 2, w, x, xstride, n, out)
+func gemmBF16Go(w unsafe.Pointer, _ int, x *float32, xstride int, n int, dst *float32, dstride int) {
+	gemmGo(2, 2, w, x, xstride, n, dst, dstride)
 }
 
 // gemmTF32Go is the portable outer-product micro-kernel (tt 4, tc 8).

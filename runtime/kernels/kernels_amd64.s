@@ -112,20 +112,38 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
-TEXT ·dotRowsF32AVX2(SB), NOSPLIT, $0-56
+TEXT ·dotRowsF32AVX2(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
 	MOVQ stride+8(FP), R9
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ m+32(FP), BX
-	MOVQ dst+40(FP), DI
-	MOVQ pf+48(FP), R10
+	MOVQ idx+16(FP), R12
+	MOVQ x+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ dst+48(FP), DI
+	MOVQ pf+56(FP), R10
 	MOVQ CX, DX
 	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
 	LEAQ (R8)(R10*1), R11
+ready:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -150,6 +168,7 @@ loop:
 tail:
 	CMPQ AX, CX
 	JAE sum
+	PREFETCHT0 0(R11)(AX*4)
 	VMOVUPS (R8)(AX*4), Y4
 	VMOVUPS 32(R8)(AX*4), Y5
 	VFMADD231PS (SI)(AX*4), Y4, Y0
@@ -164,7 +183,13 @@ sum:
 	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
@@ -243,28 +268,47 @@ done:
 	VZEROUPPER
 	RET
 
-TEXT ·axpyRowsF32AVX2(SB), NOSPLIT, $0-56
+TEXT ·axpyRowsF32AVX2(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), R8
 	MOVQ stride+16(FP), R9
-	MOVQ a+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ m+40(FP), BX
-	MOVQ pf+48(FP), R10
+	MOVQ idx+24(FP), R12
+	MOVQ a+32(FP), SI
+	MOVQ n+40(FP), CX
+	MOVQ m+48(FP), BX
+	MOVQ pf+56(FP), R10
 	VXORPS X14, X14, X14
 	TESTQ CX, CX
 	JEQ done
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
+	LEAQ (R8)(R10*1), R11
+ready:
 	VMOVSS (SI), X15
+	ADDQ $4, SI
 	VUCOMISS X14, X15
 	JNE nonzero
 	JPS nonzero
-	JMP next
+	JMP skip
 nonzero:
-	VBROADCASTSS (SI), Y15
-	LEAQ (R8)(R10*1), R11
+	VBROADCASTSS X15, Y15
 	XORQ AX, AX
 loop:
 	PREFETCHT0 0(R11)(AX*4)
@@ -277,16 +321,21 @@ loop:
 	ADDQ $16, AX
 	CMPQ AX, CX
 	JB loop
-next:
-	ADDQ $4, SI
+skip:
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
 	VZEROUPPER
 	RET
 
-TEXT ·gemmF32AVX2(SB), NOSPLIT, $0-48
+TEXT ·gemmF32AVX2(SB), NOSPLIT, $0-56
 	MOVQ wstride+8(FP), AX
 	MOVQ w+0(FP), R8
 	LEAQ (R8)(AX*1), R9
@@ -336,25 +385,37 @@ loop:
 	CMPQ AX, CX
 	JB loop
 done:
-	MOVQ out+40(FP), DI
+	MOVQ dst+40(FP), DI
+	MOVQ dstride+48(FP), DX
+	LEAQ (DI)(DX*2), R8
+	ADDQ DX, R8
 	VHADDPS Y1, Y0, Y0
 	VHADDPS Y3, Y2, Y2
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 0(DI)
+	VMOVSS X0, 0(DI)
+	VEXTRACTPS $1, X0, 0(DI)(DX*1)
+	VEXTRACTPS $2, X0, 0(DI)(DX*2)
+	VEXTRACTPS $3, X0, 0(R8)
 	VHADDPS Y5, Y4, Y4
 	VHADDPS Y7, Y6, Y6
 	VHADDPS Y6, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
 	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(DI)
+	VMOVSS X4, 4(DI)
+	VEXTRACTPS $1, X4, 4(DI)(DX*1)
+	VEXTRACTPS $2, X4, 4(DI)(DX*2)
+	VEXTRACTPS $3, X4, 4(R8)
 	VHADDPS Y9, Y8, Y8
 	VHADDPS Y11, Y10, Y10
 	VHADDPS Y10, Y8, Y8
 	VEXTRACTF128 $1, Y8, X9
 	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(DI)
+	VMOVSS X8, 8(DI)
+	VEXTRACTPS $1, X8, 8(DI)(DX*1)
+	VEXTRACTPS $2, X8, 8(DI)(DX*2)
+	VEXTRACTPS $3, X8, 8(R8)
 	VZEROUPPER
 	RET
 
@@ -485,20 +546,38 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
-TEXT ·dotRowsF16AVX2(SB), NOSPLIT, $0-56
+TEXT ·dotRowsF16AVX2(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
 	MOVQ stride+8(FP), R9
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ m+32(FP), BX
-	MOVQ dst+40(FP), DI
-	MOVQ pf+48(FP), R10
+	MOVQ idx+16(FP), R12
+	MOVQ x+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ dst+48(FP), DI
+	MOVQ pf+56(FP), R10
 	MOVQ CX, DX
 	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
 	LEAQ (R8)(R10*1), R11
+ready:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -522,6 +601,7 @@ loop:
 tail:
 	CMPQ AX, CX
 	JAE sum
+	PREFETCHT0 0(R11)(AX*2)
 	VCVTPH2PS (R8)(AX*2), Y4
 	VCVTPH2PS 16(R8)(AX*2), Y5
 	VFMADD231PS (SI)(AX*4), Y4, Y0
@@ -536,7 +616,13 @@ sum:
 	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
@@ -615,28 +701,47 @@ done:
 	VZEROUPPER
 	RET
 
-TEXT ·axpyRowsF16AVX2(SB), NOSPLIT, $0-56
+TEXT ·axpyRowsF16AVX2(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), R8
 	MOVQ stride+16(FP), R9
-	MOVQ a+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ m+40(FP), BX
-	MOVQ pf+48(FP), R10
+	MOVQ idx+24(FP), R12
+	MOVQ a+32(FP), SI
+	MOVQ n+40(FP), CX
+	MOVQ m+48(FP), BX
+	MOVQ pf+56(FP), R10
 	VXORPS X14, X14, X14
 	TESTQ CX, CX
 	JEQ done
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
+	LEAQ (R8)(R10*1), R11
+ready:
 	VMOVSS (SI), X15
+	ADDQ $4, SI
 	VUCOMISS X14, X15
 	JNE nonzero
 	JPS nonzero
-	JMP next
+	JMP skip
 nonzero:
-	VBROADCASTSS (SI), Y15
-	LEAQ (R8)(R10*1), R11
+	VBROADCASTSS X15, Y15
 	XORQ AX, AX
 loop:
 	PREFETCHT0 0(R11)(AX*2)
@@ -649,16 +754,21 @@ loop:
 	ADDQ $16, AX
 	CMPQ AX, CX
 	JB loop
-next:
-	ADDQ $4, SI
+skip:
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
 	VZEROUPPER
 	RET
 
-TEXT ·gemmF16AVX2(SB), NOSPLIT, $0-48
+TEXT ·gemmF16AVX2(SB), NOSPLIT, $0-56
 	MOVQ wstride+8(FP), AX
 	MOVQ w+0(FP), R8
 	LEAQ (R8)(AX*1), R9
@@ -708,25 +818,37 @@ loop:
 	CMPQ AX, CX
 	JB loop
 done:
-	MOVQ out+40(FP), DI
+	MOVQ dst+40(FP), DI
+	MOVQ dstride+48(FP), DX
+	LEAQ (DI)(DX*2), R8
+	ADDQ DX, R8
 	VHADDPS Y1, Y0, Y0
 	VHADDPS Y3, Y2, Y2
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 0(DI)
+	VMOVSS X0, 0(DI)
+	VEXTRACTPS $1, X0, 0(DI)(DX*1)
+	VEXTRACTPS $2, X0, 0(DI)(DX*2)
+	VEXTRACTPS $3, X0, 0(R8)
 	VHADDPS Y5, Y4, Y4
 	VHADDPS Y7, Y6, Y6
 	VHADDPS Y6, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
 	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(DI)
+	VMOVSS X4, 4(DI)
+	VEXTRACTPS $1, X4, 4(DI)(DX*1)
+	VEXTRACTPS $2, X4, 4(DI)(DX*2)
+	VEXTRACTPS $3, X4, 4(R8)
 	VHADDPS Y9, Y8, Y8
 	VHADDPS Y11, Y10, Y10
 	VHADDPS Y10, Y8, Y8
 	VEXTRACTF128 $1, Y8, X9
 	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(DI)
+	VMOVSS X8, 8(DI)
+	VEXTRACTPS $1, X8, 8(DI)(DX*1)
+	VEXTRACTPS $2, X8, 8(DI)(DX*2)
+	VEXTRACTPS $3, X8, 8(R8)
 	VZEROUPPER
 	RET
 
@@ -871,20 +993,38 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
-TEXT ·dotRowsBF16AVX2(SB), NOSPLIT, $0-56
+TEXT ·dotRowsBF16AVX2(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
 	MOVQ stride+8(FP), R9
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ m+32(FP), BX
-	MOVQ dst+40(FP), DI
-	MOVQ pf+48(FP), R10
+	MOVQ idx+16(FP), R12
+	MOVQ x+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ dst+48(FP), DI
+	MOVQ pf+56(FP), R10
 	MOVQ CX, DX
 	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
 	LEAQ (R8)(R10*1), R11
+ready:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -912,6 +1052,7 @@ loop:
 tail:
 	CMPQ AX, CX
 	JAE sum
+	PREFETCHT0 0(R11)(AX*2)
 	VPMOVZXWD (R8)(AX*2), Y4
 	VPSLLD $16, Y4, Y4
 	VPMOVZXWD 16(R8)(AX*2), Y5
@@ -928,7 +1069,13 @@ sum:
 	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
@@ -1017,28 +1164,47 @@ done:
 	VZEROUPPER
 	RET
 
-TEXT ·axpyRowsBF16AVX2(SB), NOSPLIT, $0-56
+TEXT ·axpyRowsBF16AVX2(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), R8
 	MOVQ stride+16(FP), R9
-	MOVQ a+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ m+40(FP), BX
-	MOVQ pf+48(FP), R10
+	MOVQ idx+24(FP), R12
+	MOVQ a+32(FP), SI
+	MOVQ n+40(FP), CX
+	MOVQ m+48(FP), BX
+	MOVQ pf+56(FP), R10
 	VXORPS X14, X14, X14
 	TESTQ CX, CX
 	JEQ done
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
+	LEAQ (R8)(R10*1), R11
+ready:
 	VMOVSS (SI), X15
+	ADDQ $4, SI
 	VUCOMISS X14, X15
 	JNE nonzero
 	JPS nonzero
-	JMP next
+	JMP skip
 nonzero:
-	VBROADCASTSS (SI), Y15
-	LEAQ (R8)(R10*1), R11
+	VBROADCASTSS X15, Y15
 	XORQ AX, AX
 loop:
 	PREFETCHT0 0(R11)(AX*2)
@@ -1053,16 +1219,21 @@ loop:
 	ADDQ $16, AX
 	CMPQ AX, CX
 	JB loop
-next:
-	ADDQ $4, SI
+skip:
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
 	VZEROUPPER
 	RET
 
-TEXT ·gemmBF16AVX2(SB), NOSPLIT, $0-48
+TEXT ·gemmBF16AVX2(SB), NOSPLIT, $0-56
 	MOVQ wstride+8(FP), AX
 	MOVQ w+0(FP), R8
 	LEAQ (R8)(AX*1), R9
@@ -1115,25 +1286,37 @@ loop:
 	CMPQ AX, CX
 	JB loop
 done:
-	MOVQ out+40(FP), DI
+	MOVQ dst+40(FP), DI
+	MOVQ dstride+48(FP), DX
+	LEAQ (DI)(DX*2), R8
+	ADDQ DX, R8
 	VHADDPS Y1, Y0, Y0
 	VHADDPS Y3, Y2, Y2
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 0(DI)
+	VMOVSS X0, 0(DI)
+	VEXTRACTPS $1, X0, 0(DI)(DX*1)
+	VEXTRACTPS $2, X0, 0(DI)(DX*2)
+	VEXTRACTPS $3, X0, 0(R8)
 	VHADDPS Y5, Y4, Y4
 	VHADDPS Y7, Y6, Y6
 	VHADDPS Y6, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
 	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(DI)
+	VMOVSS X4, 4(DI)
+	VEXTRACTPS $1, X4, 4(DI)(DX*1)
+	VEXTRACTPS $2, X4, 4(DI)(DX*2)
+	VEXTRACTPS $3, X4, 4(R8)
 	VHADDPS Y9, Y8, Y8
 	VHADDPS Y11, Y10, Y10
 	VHADDPS Y10, Y8, Y8
 	VEXTRACTF128 $1, Y8, X9
 	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(DI)
+	VMOVSS X8, 8(DI)
+	VEXTRACTPS $1, X8, 8(DI)(DX*1)
+	VEXTRACTPS $2, X8, 8(DI)(DX*2)
+	VEXTRACTPS $3, X8, 8(R8)
 	VZEROUPPER
 	RET
 
@@ -1361,20 +1544,38 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
-TEXT ·dotRowsF32AVX512(SB), NOSPLIT, $0-56
+TEXT ·dotRowsF32AVX512(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
 	MOVQ stride+8(FP), R9
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ m+32(FP), BX
-	MOVQ dst+40(FP), DI
-	MOVQ pf+48(FP), R10
+	MOVQ idx+16(FP), R12
+	MOVQ x+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ dst+48(FP), DI
+	MOVQ pf+56(FP), R10
 	MOVQ CX, DX
 	ANDQ $-64, DX
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
 	LEAQ (R8)(R10*1), R11
+ready:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -1401,6 +1602,8 @@ loop:
 tail:
 	CMPQ AX, CX
 	JAE sum
+	PREFETCHT0 0(R11)(AX*4)
+	PREFETCHT0 64(R11)(AX*4)
 	VMOVUPS (R8)(AX*4), Z4
 	VMOVUPS 64(R8)(AX*4), Z5
 	VFMADD231PS (SI)(AX*4), Z4, Z0
@@ -1417,7 +1620,13 @@ sum:
 	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
@@ -1500,28 +1709,47 @@ done:
 	VZEROUPPER
 	RET
 
-TEXT ·axpyRowsF32AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpyRowsF32AVX512(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), R8
 	MOVQ stride+16(FP), R9
-	MOVQ a+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ m+40(FP), BX
-	MOVQ pf+48(FP), R10
+	MOVQ idx+24(FP), R12
+	MOVQ a+32(FP), SI
+	MOVQ n+40(FP), CX
+	MOVQ m+48(FP), BX
+	MOVQ pf+56(FP), R10
 	VXORPS X14, X14, X14
 	TESTQ CX, CX
 	JEQ done
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
+	LEAQ (R8)(R10*1), R11
+ready:
 	VMOVSS (SI), X15
+	ADDQ $4, SI
 	VUCOMISS X14, X15
 	JNE nonzero
 	JPS nonzero
-	JMP next
+	JMP skip
 nonzero:
-	VBROADCASTSS (SI), Z15
-	LEAQ (R8)(R10*1), R11
+	VBROADCASTSS X15, Z15
 	XORQ AX, AX
 loop:
 	PREFETCHT0 0(R11)(AX*4)
@@ -1535,16 +1763,21 @@ loop:
 	ADDQ $32, AX
 	CMPQ AX, CX
 	JB loop
-next:
-	ADDQ $4, SI
+skip:
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
 	VZEROUPPER
 	RET
 
-TEXT ·gemmF32AVX512(SB), NOSPLIT, $0-48
+TEXT ·gemmF32AVX512(SB), NOSPLIT, $0-56
 	MOVQ wstride+8(FP), AX
 	MOVQ w+0(FP), R8
 	LEAQ (R8)(AX*1), R9
@@ -1624,7 +1857,10 @@ loop:
 	CMPQ AX, CX
 	JB loop
 done:
-	MOVQ out+40(FP), DI
+	MOVQ dst+40(FP), DI
+	MOVQ dstride+48(FP), DX
+	LEAQ (DI)(DX*2), R8
+	ADDQ DX, R8
 	VEXTRACTF64X4 $1, Z0, Y24
 	VADDPS Z24, Z0, Z0
 	VEXTRACTF64X4 $1, Z1, Y24
@@ -1678,25 +1914,37 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 0(DI)
+	VMOVSS X0, 0(DI)
+	VEXTRACTPS $1, X0, 0(DI)(DX*1)
+	VEXTRACTPS $2, X0, 0(DI)(DX*2)
+	VEXTRACTPS $3, X0, 0(R8)
 	VHADDPS Y5, Y4, Y4
 	VHADDPS Y7, Y6, Y6
 	VHADDPS Y6, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
 	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(DI)
+	VMOVSS X4, 4(DI)
+	VEXTRACTPS $1, X4, 4(DI)(DX*1)
+	VEXTRACTPS $2, X4, 4(DI)(DX*2)
+	VEXTRACTPS $3, X4, 4(R8)
 	VHADDPS Y9, Y8, Y8
 	VHADDPS Y11, Y10, Y10
 	VHADDPS Y10, Y8, Y8
 	VEXTRACTF128 $1, Y8, X9
 	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(DI)
+	VMOVSS X8, 8(DI)
+	VEXTRACTPS $1, X8, 8(DI)(DX*1)
+	VEXTRACTPS $2, X8, 8(DI)(DX*2)
+	VEXTRACTPS $3, X8, 8(R8)
 	VHADDPS Y13, Y12, Y12
 	VHADDPS Y15, Y14, Y14
 	VHADDPS Y14, Y12, Y12
 	VEXTRACTF128 $1, Y12, X13
 	VADDPS X13, X12, X12
-	VMOVUPS X12, 48(DI)
+	VMOVSS X12, 12(DI)
+	VEXTRACTPS $1, X12, 12(DI)(DX*1)
+	VEXTRACTPS $2, X12, 12(DI)(DX*2)
+	VEXTRACTPS $3, X12, 12(R8)
 	VMOVAPS Z16, Z0
 	VMOVAPS Z17, Z1
 	VMOVAPS Z18, Z2
@@ -1706,7 +1954,10 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 64(DI)
+	VMOVSS X0, 16(DI)
+	VEXTRACTPS $1, X0, 16(DI)(DX*1)
+	VEXTRACTPS $2, X0, 16(DI)(DX*2)
+	VEXTRACTPS $3, X0, 16(R8)
 	VMOVAPS Z20, Z0
 	VMOVAPS Z21, Z1
 	VMOVAPS Z22, Z2
@@ -1716,7 +1967,10 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 80(DI)
+	VMOVSS X0, 20(DI)
+	VEXTRACTPS $1, X0, 20(DI)(DX*1)
+	VEXTRACTPS $2, X0, 20(DI)(DX*2)
+	VEXTRACTPS $3, X0, 20(R8)
 	VZEROUPPER
 	RET
 
@@ -1857,20 +2111,38 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
-TEXT ·dotRowsF16AVX512(SB), NOSPLIT, $0-56
+TEXT ·dotRowsF16AVX512(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
 	MOVQ stride+8(FP), R9
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ m+32(FP), BX
-	MOVQ dst+40(FP), DI
-	MOVQ pf+48(FP), R10
+	MOVQ idx+16(FP), R12
+	MOVQ x+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ dst+48(FP), DI
+	MOVQ pf+56(FP), R10
 	MOVQ CX, DX
 	ANDQ $-64, DX
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
 	LEAQ (R8)(R10*1), R11
+ready:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -1895,6 +2167,7 @@ loop:
 tail:
 	CMPQ AX, CX
 	JAE sum
+	PREFETCHT0 0(R11)(AX*2)
 	VCVTPH2PS (R8)(AX*2), Z4
 	VCVTPH2PS 32(R8)(AX*2), Z5
 	VFMADD231PS (SI)(AX*4), Z4, Z0
@@ -1911,7 +2184,13 @@ sum:
 	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
@@ -1990,28 +2269,47 @@ done:
 	VZEROUPPER
 	RET
 
-TEXT ·axpyRowsF16AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpyRowsF16AVX512(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), R8
 	MOVQ stride+16(FP), R9
-	MOVQ a+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ m+40(FP), BX
-	MOVQ pf+48(FP), R10
+	MOVQ idx+24(FP), R12
+	MOVQ a+32(FP), SI
+	MOVQ n+40(FP), CX
+	MOVQ m+48(FP), BX
+	MOVQ pf+56(FP), R10
 	VXORPS X14, X14, X14
 	TESTQ CX, CX
 	JEQ done
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
+	LEAQ (R8)(R10*1), R11
+ready:
 	VMOVSS (SI), X15
+	ADDQ $4, SI
 	VUCOMISS X14, X15
 	JNE nonzero
 	JPS nonzero
-	JMP next
+	JMP skip
 nonzero:
-	VBROADCASTSS (SI), Z15
-	LEAQ (R8)(R10*1), R11
+	VBROADCASTSS X15, Z15
 	XORQ AX, AX
 loop:
 	PREFETCHT0 0(R11)(AX*2)
@@ -2024,16 +2322,21 @@ loop:
 	ADDQ $32, AX
 	CMPQ AX, CX
 	JB loop
-next:
-	ADDQ $4, SI
+skip:
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
 	VZEROUPPER
 	RET
 
-TEXT ·gemmF16AVX512(SB), NOSPLIT, $0-48
+TEXT ·gemmF16AVX512(SB), NOSPLIT, $0-56
 	MOVQ wstride+8(FP), AX
 	MOVQ w+0(FP), R8
 	LEAQ (R8)(AX*1), R9
@@ -2113,7 +2416,10 @@ loop:
 	CMPQ AX, CX
 	JB loop
 done:
-	MOVQ out+40(FP), DI
+	MOVQ dst+40(FP), DI
+	MOVQ dstride+48(FP), DX
+	LEAQ (DI)(DX*2), R8
+	ADDQ DX, R8
 	VEXTRACTF64X4 $1, Z0, Y24
 	VADDPS Z24, Z0, Z0
 	VEXTRACTF64X4 $1, Z1, Y24
@@ -2167,25 +2473,37 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 0(DI)
+	VMOVSS X0, 0(DI)
+	VEXTRACTPS $1, X0, 0(DI)(DX*1)
+	VEXTRACTPS $2, X0, 0(DI)(DX*2)
+	VEXTRACTPS $3, X0, 0(R8)
 	VHADDPS Y5, Y4, Y4
 	VHADDPS Y7, Y6, Y6
 	VHADDPS Y6, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
 	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(DI)
+	VMOVSS X4, 4(DI)
+	VEXTRACTPS $1, X4, 4(DI)(DX*1)
+	VEXTRACTPS $2, X4, 4(DI)(DX*2)
+	VEXTRACTPS $3, X4, 4(R8)
 	VHADDPS Y9, Y8, Y8
 	VHADDPS Y11, Y10, Y10
 	VHADDPS Y10, Y8, Y8
 	VEXTRACTF128 $1, Y8, X9
 	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(DI)
+	VMOVSS X8, 8(DI)
+	VEXTRACTPS $1, X8, 8(DI)(DX*1)
+	VEXTRACTPS $2, X8, 8(DI)(DX*2)
+	VEXTRACTPS $3, X8, 8(R8)
 	VHADDPS Y13, Y12, Y12
 	VHADDPS Y15, Y14, Y14
 	VHADDPS Y14, Y12, Y12
 	VEXTRACTF128 $1, Y12, X13
 	VADDPS X13, X12, X12
-	VMOVUPS X12, 48(DI)
+	VMOVSS X12, 12(DI)
+	VEXTRACTPS $1, X12, 12(DI)(DX*1)
+	VEXTRACTPS $2, X12, 12(DI)(DX*2)
+	VEXTRACTPS $3, X12, 12(R8)
 	VMOVAPS Z16, Z0
 	VMOVAPS Z17, Z1
 	VMOVAPS Z18, Z2
@@ -2195,7 +2513,10 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 64(DI)
+	VMOVSS X0, 16(DI)
+	VEXTRACTPS $1, X0, 16(DI)(DX*1)
+	VEXTRACTPS $2, X0, 16(DI)(DX*2)
+	VEXTRACTPS $3, X0, 16(R8)
 	VMOVAPS Z20, Z0
 	VMOVAPS Z21, Z1
 	VMOVAPS Z22, Z2
@@ -2205,7 +2526,10 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 80(DI)
+	VMOVSS X0, 20(DI)
+	VEXTRACTPS $1, X0, 20(DI)(DX*1)
+	VEXTRACTPS $2, X0, 20(DI)(DX*2)
+	VEXTRACTPS $3, X0, 20(R8)
 	VZEROUPPER
 	RET
 
@@ -2360,20 +2684,38 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
-TEXT ·dotRowsBF16AVX512(SB), NOSPLIT, $0-56
+TEXT ·dotRowsBF16AVX512(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), R8
 	MOVQ stride+8(FP), R9
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ m+32(FP), BX
-	MOVQ dst+40(FP), DI
-	MOVQ pf+48(FP), R10
+	MOVQ idx+16(FP), R12
+	MOVQ x+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ m+40(FP), BX
+	MOVQ dst+48(FP), DI
+	MOVQ pf+56(FP), R10
 	MOVQ CX, DX
 	ANDQ $-64, DX
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
 	LEAQ (R8)(R10*1), R11
+ready:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -2402,6 +2744,7 @@ loop:
 tail:
 	CMPQ AX, CX
 	JAE sum
+	PREFETCHT0 0(R11)(AX*2)
 	VPMOVZXWD (R8)(AX*2), Z4
 	VPSLLD $16, Z4, Z4
 	VPMOVZXWD 32(R8)(AX*2), Z5
@@ -2420,7 +2763,13 @@ sum:
 	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
@@ -2509,28 +2858,47 @@ done:
 	VZEROUPPER
 	RET
 
-TEXT ·axpyRowsBF16AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpyRowsBF16AVX512(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), R8
 	MOVQ stride+16(FP), R9
-	MOVQ a+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ m+40(FP), BX
-	MOVQ pf+48(FP), R10
+	MOVQ idx+24(FP), R12
+	MOVQ a+32(FP), SI
+	MOVQ n+40(FP), CX
+	MOVQ m+48(FP), BX
+	MOVQ pf+56(FP), R10
 	VXORPS X14, X14, X14
 	TESTQ CX, CX
 	JEQ done
 	TESTQ BX, BX
 	JEQ done
+	TESTQ R12, R12
+	JEQ row
+	MOVQ R8, R10
 row:
+	TESTQ R12, R12
+	JEQ contig
+	MOVLQSX (R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R8
+	MOVQ R8, R11
+	CMPQ BX, $1
+	JEQ ready
+	MOVLQSX 4(R12), R13
+	IMULQ R9, R13
+	LEAQ (R10)(R13*1), R11
+	JMP ready
+contig:
+	LEAQ (R8)(R10*1), R11
+ready:
 	VMOVSS (SI), X15
+	ADDQ $4, SI
 	VUCOMISS X14, X15
 	JNE nonzero
 	JPS nonzero
-	JMP next
+	JMP skip
 nonzero:
-	VBROADCASTSS (SI), Z15
-	LEAQ (R8)(R10*1), R11
+	VBROADCASTSS X15, Z15
 	XORQ AX, AX
 loop:
 	PREFETCHT0 0(R11)(AX*2)
@@ -2545,16 +2913,21 @@ loop:
 	ADDQ $32, AX
 	CMPQ AX, CX
 	JB loop
-next:
-	ADDQ $4, SI
+skip:
+	TESTQ R12, R12
+	JEQ advance
+	ADDQ $4, R12
+	JMP next
+advance:
 	ADDQ R9, R8
+next:
 	DECQ BX
 	JNE row
 done:
 	VZEROUPPER
 	RET
 
-TEXT ·gemmBF16AVX512(SB), NOSPLIT, $0-48
+TEXT ·gemmBF16AVX512(SB), NOSPLIT, $0-56
 	MOVQ wstride+8(FP), AX
 	MOVQ w+0(FP), R8
 	LEAQ (R8)(AX*1), R9
@@ -2640,7 +3013,10 @@ loop:
 	CMPQ AX, CX
 	JB loop
 done:
-	MOVQ out+40(FP), DI
+	MOVQ dst+40(FP), DI
+	MOVQ dstride+48(FP), DX
+	LEAQ (DI)(DX*2), R8
+	ADDQ DX, R8
 	VEXTRACTF64X4 $1, Z0, Y24
 	VADDPS Z24, Z0, Z0
 	VEXTRACTF64X4 $1, Z1, Y24
@@ -2694,25 +3070,37 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 0(DI)
+	VMOVSS X0, 0(DI)
+	VEXTRACTPS $1, X0, 0(DI)(DX*1)
+	VEXTRACTPS $2, X0, 0(DI)(DX*2)
+	VEXTRACTPS $3, X0, 0(R8)
 	VHADDPS Y5, Y4, Y4
 	VHADDPS Y7, Y6, Y6
 	VHADDPS Y6, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
 	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(DI)
+	VMOVSS X4, 4(DI)
+	VEXTRACTPS $1, X4, 4(DI)(DX*1)
+	VEXTRACTPS $2, X4, 4(DI)(DX*2)
+	VEXTRACTPS $3, X4, 4(R8)
 	VHADDPS Y9, Y8, Y8
 	VHADDPS Y11, Y10, Y10
 	VHADDPS Y10, Y8, Y8
 	VEXTRACTF128 $1, Y8, X9
 	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(DI)
+	VMOVSS X8, 8(DI)
+	VEXTRACTPS $1, X8, 8(DI)(DX*1)
+	VEXTRACTPS $2, X8, 8(DI)(DX*2)
+	VEXTRACTPS $3, X8, 8(R8)
 	VHADDPS Y13, Y12, Y12
 	VHADDPS Y15, Y14, Y14
 	VHADDPS Y14, Y12, Y12
 	VEXTRACTF128 $1, Y12, X13
 	VADDPS X13, X12, X12
-	VMOVUPS X12, 48(DI)
+	VMOVSS X12, 12(DI)
+	VEXTRACTPS $1, X12, 12(DI)(DX*1)
+	VEXTRACTPS $2, X12, 12(DI)(DX*2)
+	VEXTRACTPS $3, X12, 12(R8)
 	VMOVAPS Z16, Z0
 	VMOVAPS Z17, Z1
 	VMOVAPS Z18, Z2
@@ -2722,7 +3110,10 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 64(DI)
+	VMOVSS X0, 16(DI)
+	VEXTRACTPS $1, X0, 16(DI)(DX*1)
+	VEXTRACTPS $2, X0, 16(DI)(DX*2)
+	VEXTRACTPS $3, X0, 16(R8)
 	VMOVAPS Z20, Z0
 	VMOVAPS Z21, Z1
 	VMOVAPS Z22, Z2
@@ -2732,7 +3123,10 @@ done:
 	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VMOVUPS X0, 80(DI)
+	VMOVSS X0, 20(DI)
+	VEXTRACTPS $1, X0, 20(DI)(DX*1)
+	VEXTRACTPS $2, X0, 20(DI)(DX*2)
+	VEXTRACTPS $3, X0, 20(R8)
 	VZEROUPPER
 	RET
 
@@ -2888,111 +3282,111 @@ done:
 	MOVQ X0, ret+16(FP)
 	RET
 
-DATA swigluConst<>+0(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+4(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+8(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+12(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+16(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+20(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+24(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+28(SB)/4, $0x3fb8aa3b
-DATA swigluConst<>+32(SB)/4, $0x3f318000
-DATA swigluConst<>+36(SB)/4, $0x3f318000
-DATA swigluConst<>+40(SB)/4, $0x3f318000
-DATA swigluConst<>+44(SB)/4, $0x3f318000
-DATA swigluConst<>+48(SB)/4, $0x3f318000
-DATA swigluConst<>+52(SB)/4, $0x3f318000
-DATA swigluConst<>+56(SB)/4, $0x3f318000
-DATA swigluConst<>+60(SB)/4, $0x3f318000
-DATA swigluConst<>+64(SB)/4, $0xb95e8083
-DATA swigluConst<>+68(SB)/4, $0xb95e8083
-DATA swigluConst<>+72(SB)/4, $0xb95e8083
-DATA swigluConst<>+76(SB)/4, $0xb95e8083
-DATA swigluConst<>+80(SB)/4, $0xb95e8083
-DATA swigluConst<>+84(SB)/4, $0xb95e8083
-DATA swigluConst<>+88(SB)/4, $0xb95e8083
-DATA swigluConst<>+92(SB)/4, $0xb95e8083
-DATA swigluConst<>+96(SB)/4, $0x3f800000
-DATA swigluConst<>+100(SB)/4, $0x3f800000
-DATA swigluConst<>+104(SB)/4, $0x3f800000
-DATA swigluConst<>+108(SB)/4, $0x3f800000
-DATA swigluConst<>+112(SB)/4, $0x3f800000
-DATA swigluConst<>+116(SB)/4, $0x3f800000
-DATA swigluConst<>+120(SB)/4, $0x3f800000
-DATA swigluConst<>+124(SB)/4, $0x3f800000
-DATA swigluConst<>+128(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+132(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+136(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+140(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+144(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+148(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+152(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+156(SB)/4, $0x42b0c0a5
-DATA swigluConst<>+160(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+164(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+168(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+172(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+176(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+180(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+184(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+188(SB)/4, $0xc2b0c0a5
-DATA swigluConst<>+192(SB)/4, $0x39506967
-DATA swigluConst<>+196(SB)/4, $0x39506967
-DATA swigluConst<>+200(SB)/4, $0x39506967
-DATA swigluConst<>+204(SB)/4, $0x39506967
-DATA swigluConst<>+208(SB)/4, $0x39506967
-DATA swigluConst<>+212(SB)/4, $0x39506967
-DATA swigluConst<>+216(SB)/4, $0x39506967
-DATA swigluConst<>+220(SB)/4, $0x39506967
-DATA swigluConst<>+224(SB)/4, $0x3ab743ce
-DATA swigluConst<>+228(SB)/4, $0x3ab743ce
-DATA swigluConst<>+232(SB)/4, $0x3ab743ce
-DATA swigluConst<>+236(SB)/4, $0x3ab743ce
-DATA swigluConst<>+240(SB)/4, $0x3ab743ce
-DATA swigluConst<>+244(SB)/4, $0x3ab743ce
-DATA swigluConst<>+248(SB)/4, $0x3ab743ce
-DATA swigluConst<>+252(SB)/4, $0x3ab743ce
-DATA swigluConst<>+256(SB)/4, $0x3c088908
-DATA swigluConst<>+260(SB)/4, $0x3c088908
-DATA swigluConst<>+264(SB)/4, $0x3c088908
-DATA swigluConst<>+268(SB)/4, $0x3c088908
-DATA swigluConst<>+272(SB)/4, $0x3c088908
-DATA swigluConst<>+276(SB)/4, $0x3c088908
-DATA swigluConst<>+280(SB)/4, $0x3c088908
-DATA swigluConst<>+284(SB)/4, $0x3c088908
-DATA swigluConst<>+288(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+292(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+296(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+300(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+304(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+308(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+312(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+316(SB)/4, $0x3d2aa9c1
-DATA swigluConst<>+320(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+324(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+328(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+332(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+336(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+340(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+344(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+348(SB)/4, $0x3e2aaaaa
-DATA swigluConst<>+352(SB)/4, $0x3f000000
-DATA swigluConst<>+356(SB)/4, $0x3f000000
-DATA swigluConst<>+360(SB)/4, $0x3f000000
-DATA swigluConst<>+364(SB)/4, $0x3f000000
-DATA swigluConst<>+368(SB)/4, $0x3f000000
-DATA swigluConst<>+372(SB)/4, $0x3f000000
-DATA swigluConst<>+376(SB)/4, $0x3f000000
-DATA swigluConst<>+380(SB)/4, $0x3f000000
-DATA swigluConst<>+384(SB)/4, $0x0000007f
-DATA swigluConst<>+388(SB)/4, $0x0000007f
-DATA swigluConst<>+392(SB)/4, $0x0000007f
-DATA swigluConst<>+396(SB)/4, $0x0000007f
-DATA swigluConst<>+400(SB)/4, $0x0000007f
-DATA swigluConst<>+404(SB)/4, $0x0000007f
-DATA swigluConst<>+408(SB)/4, $0x0000007f
-DATA swigluConst<>+412(SB)/4, $0x0000007f
-GLOBL swigluConst<>(SB), RODATA|NOPTR, $416
+DATA expConst<>+0(SB)/4, $0x3fb8aa3b
+DATA expConst<>+4(SB)/4, $0x3fb8aa3b
+DATA expConst<>+8(SB)/4, $0x3fb8aa3b
+DATA expConst<>+12(SB)/4, $0x3fb8aa3b
+DATA expConst<>+16(SB)/4, $0x3fb8aa3b
+DATA expConst<>+20(SB)/4, $0x3fb8aa3b
+DATA expConst<>+24(SB)/4, $0x3fb8aa3b
+DATA expConst<>+28(SB)/4, $0x3fb8aa3b
+DATA expConst<>+32(SB)/4, $0x3f318000
+DATA expConst<>+36(SB)/4, $0x3f318000
+DATA expConst<>+40(SB)/4, $0x3f318000
+DATA expConst<>+44(SB)/4, $0x3f318000
+DATA expConst<>+48(SB)/4, $0x3f318000
+DATA expConst<>+52(SB)/4, $0x3f318000
+DATA expConst<>+56(SB)/4, $0x3f318000
+DATA expConst<>+60(SB)/4, $0x3f318000
+DATA expConst<>+64(SB)/4, $0xb95e8083
+DATA expConst<>+68(SB)/4, $0xb95e8083
+DATA expConst<>+72(SB)/4, $0xb95e8083
+DATA expConst<>+76(SB)/4, $0xb95e8083
+DATA expConst<>+80(SB)/4, $0xb95e8083
+DATA expConst<>+84(SB)/4, $0xb95e8083
+DATA expConst<>+88(SB)/4, $0xb95e8083
+DATA expConst<>+92(SB)/4, $0xb95e8083
+DATA expConst<>+96(SB)/4, $0x3f800000
+DATA expConst<>+100(SB)/4, $0x3f800000
+DATA expConst<>+104(SB)/4, $0x3f800000
+DATA expConst<>+108(SB)/4, $0x3f800000
+DATA expConst<>+112(SB)/4, $0x3f800000
+DATA expConst<>+116(SB)/4, $0x3f800000
+DATA expConst<>+120(SB)/4, $0x3f800000
+DATA expConst<>+124(SB)/4, $0x3f800000
+DATA expConst<>+128(SB)/4, $0x42b0c0a5
+DATA expConst<>+132(SB)/4, $0x42b0c0a5
+DATA expConst<>+136(SB)/4, $0x42b0c0a5
+DATA expConst<>+140(SB)/4, $0x42b0c0a5
+DATA expConst<>+144(SB)/4, $0x42b0c0a5
+DATA expConst<>+148(SB)/4, $0x42b0c0a5
+DATA expConst<>+152(SB)/4, $0x42b0c0a5
+DATA expConst<>+156(SB)/4, $0x42b0c0a5
+DATA expConst<>+160(SB)/4, $0xc2b0c0a5
+DATA expConst<>+164(SB)/4, $0xc2b0c0a5
+DATA expConst<>+168(SB)/4, $0xc2b0c0a5
+DATA expConst<>+172(SB)/4, $0xc2b0c0a5
+DATA expConst<>+176(SB)/4, $0xc2b0c0a5
+DATA expConst<>+180(SB)/4, $0xc2b0c0a5
+DATA expConst<>+184(SB)/4, $0xc2b0c0a5
+DATA expConst<>+188(SB)/4, $0xc2b0c0a5
+DATA expConst<>+192(SB)/4, $0x39506967
+DATA expConst<>+196(SB)/4, $0x39506967
+DATA expConst<>+200(SB)/4, $0x39506967
+DATA expConst<>+204(SB)/4, $0x39506967
+DATA expConst<>+208(SB)/4, $0x39506967
+DATA expConst<>+212(SB)/4, $0x39506967
+DATA expConst<>+216(SB)/4, $0x39506967
+DATA expConst<>+220(SB)/4, $0x39506967
+DATA expConst<>+224(SB)/4, $0x3ab743ce
+DATA expConst<>+228(SB)/4, $0x3ab743ce
+DATA expConst<>+232(SB)/4, $0x3ab743ce
+DATA expConst<>+236(SB)/4, $0x3ab743ce
+DATA expConst<>+240(SB)/4, $0x3ab743ce
+DATA expConst<>+244(SB)/4, $0x3ab743ce
+DATA expConst<>+248(SB)/4, $0x3ab743ce
+DATA expConst<>+252(SB)/4, $0x3ab743ce
+DATA expConst<>+256(SB)/4, $0x3c088908
+DATA expConst<>+260(SB)/4, $0x3c088908
+DATA expConst<>+264(SB)/4, $0x3c088908
+DATA expConst<>+268(SB)/4, $0x3c088908
+DATA expConst<>+272(SB)/4, $0x3c088908
+DATA expConst<>+276(SB)/4, $0x3c088908
+DATA expConst<>+280(SB)/4, $0x3c088908
+DATA expConst<>+284(SB)/4, $0x3c088908
+DATA expConst<>+288(SB)/4, $0x3d2aa9c1
+DATA expConst<>+292(SB)/4, $0x3d2aa9c1
+DATA expConst<>+296(SB)/4, $0x3d2aa9c1
+DATA expConst<>+300(SB)/4, $0x3d2aa9c1
+DATA expConst<>+304(SB)/4, $0x3d2aa9c1
+DATA expConst<>+308(SB)/4, $0x3d2aa9c1
+DATA expConst<>+312(SB)/4, $0x3d2aa9c1
+DATA expConst<>+316(SB)/4, $0x3d2aa9c1
+DATA expConst<>+320(SB)/4, $0x3e2aaaaa
+DATA expConst<>+324(SB)/4, $0x3e2aaaaa
+DATA expConst<>+328(SB)/4, $0x3e2aaaaa
+DATA expConst<>+332(SB)/4, $0x3e2aaaaa
+DATA expConst<>+336(SB)/4, $0x3e2aaaaa
+DATA expConst<>+340(SB)/4, $0x3e2aaaaa
+DATA expConst<>+344(SB)/4, $0x3e2aaaaa
+DATA expConst<>+348(SB)/4, $0x3e2aaaaa
+DATA expConst<>+352(SB)/4, $0x3f000000
+DATA expConst<>+356(SB)/4, $0x3f000000
+DATA expConst<>+360(SB)/4, $0x3f000000
+DATA expConst<>+364(SB)/4, $0x3f000000
+DATA expConst<>+368(SB)/4, $0x3f000000
+DATA expConst<>+372(SB)/4, $0x3f000000
+DATA expConst<>+376(SB)/4, $0x3f000000
+DATA expConst<>+380(SB)/4, $0x3f000000
+DATA expConst<>+384(SB)/4, $0x0000007f
+DATA expConst<>+388(SB)/4, $0x0000007f
+DATA expConst<>+392(SB)/4, $0x0000007f
+DATA expConst<>+396(SB)/4, $0x0000007f
+DATA expConst<>+400(SB)/4, $0x0000007f
+DATA expConst<>+404(SB)/4, $0x0000007f
+DATA expConst<>+408(SB)/4, $0x0000007f
+DATA expConst<>+412(SB)/4, $0x0000007f
+GLOBL expConst<>(SB), RODATA|NOPTR, $416
 
 TEXT ·swigluAVX2(SB), NOSPLIT, $0-24
 	MOVQ gate+0(FP), DI
@@ -3005,53 +3399,53 @@ loop:
 	VMOVUPS 0(DI)(AX*4), Y0
 	VXORPS Y1, Y1, Y1
 	VSUBPS Y0, Y1, Y1
-	VMINPS swigluConst<>+128(SB), Y1, Y1
-	VMAXPS swigluConst<>+160(SB), Y1, Y1
-	VMULPS swigluConst<>+0(SB), Y1, Y2
+	VMINPS expConst<>+128(SB), Y1, Y1
+	VMAXPS expConst<>+160(SB), Y1, Y1
+	VMULPS expConst<>+0(SB), Y1, Y2
 	VROUNDPS $0, Y2, Y2
-	VFNMADD231PS swigluConst<>+32(SB), Y2, Y1
-	VFNMADD231PS swigluConst<>+64(SB), Y2, Y1
-	VMOVUPS swigluConst<>+192(SB), Y3
-	VFMADD213PS swigluConst<>+224(SB), Y1, Y3
-	VFMADD213PS swigluConst<>+256(SB), Y1, Y3
-	VFMADD213PS swigluConst<>+288(SB), Y1, Y3
-	VFMADD213PS swigluConst<>+320(SB), Y1, Y3
-	VFMADD213PS swigluConst<>+352(SB), Y1, Y3
+	VFNMADD231PS expConst<>+32(SB), Y2, Y1
+	VFNMADD231PS expConst<>+64(SB), Y2, Y1
+	VMOVUPS expConst<>+192(SB), Y3
+	VFMADD213PS expConst<>+224(SB), Y1, Y3
+	VFMADD213PS expConst<>+256(SB), Y1, Y3
+	VFMADD213PS expConst<>+288(SB), Y1, Y3
+	VFMADD213PS expConst<>+320(SB), Y1, Y3
+	VFMADD213PS expConst<>+352(SB), Y1, Y3
 	VMULPS Y1, Y1, Y4
 	VFMADD213PS Y1, Y4, Y3
-	VADDPS swigluConst<>+96(SB), Y3, Y3
+	VADDPS expConst<>+96(SB), Y3, Y3
 	VCVTPS2DQ Y2, Y2
-	VPADDD swigluConst<>+384(SB), Y2, Y2
+	VPADDD expConst<>+384(SB), Y2, Y2
 	VPSLLD $23, Y2, Y2
-	VMULPS Y2, Y3, Y3
-	VADDPS swigluConst<>+96(SB), Y3, Y3
-	VDIVPS Y3, Y0, Y0
+	VMULPS Y2, Y3, Y1
+	VADDPS expConst<>+96(SB), Y1, Y1
+	VDIVPS Y1, Y0, Y0
 	VMULPS 0(SI)(AX*4), Y0, Y0
 	VMOVUPS Y0, 0(DI)(AX*4)
 	VMOVUPS 32(DI)(AX*4), Y5
 	VXORPS Y6, Y6, Y6
 	VSUBPS Y5, Y6, Y6
-	VMINPS swigluConst<>+128(SB), Y6, Y6
-	VMAXPS swigluConst<>+160(SB), Y6, Y6
-	VMULPS swigluConst<>+0(SB), Y6, Y7
+	VMINPS expConst<>+128(SB), Y6, Y6
+	VMAXPS expConst<>+160(SB), Y6, Y6
+	VMULPS expConst<>+0(SB), Y6, Y7
 	VROUNDPS $0, Y7, Y7
-	VFNMADD231PS swigluConst<>+32(SB), Y7, Y6
-	VFNMADD231PS swigluConst<>+64(SB), Y7, Y6
-	VMOVUPS swigluConst<>+192(SB), Y8
-	VFMADD213PS swigluConst<>+224(SB), Y6, Y8
-	VFMADD213PS swigluConst<>+256(SB), Y6, Y8
-	VFMADD213PS swigluConst<>+288(SB), Y6, Y8
-	VFMADD213PS swigluConst<>+320(SB), Y6, Y8
-	VFMADD213PS swigluConst<>+352(SB), Y6, Y8
+	VFNMADD231PS expConst<>+32(SB), Y7, Y6
+	VFNMADD231PS expConst<>+64(SB), Y7, Y6
+	VMOVUPS expConst<>+192(SB), Y8
+	VFMADD213PS expConst<>+224(SB), Y6, Y8
+	VFMADD213PS expConst<>+256(SB), Y6, Y8
+	VFMADD213PS expConst<>+288(SB), Y6, Y8
+	VFMADD213PS expConst<>+320(SB), Y6, Y8
+	VFMADD213PS expConst<>+352(SB), Y6, Y8
 	VMULPS Y6, Y6, Y9
 	VFMADD213PS Y6, Y9, Y8
-	VADDPS swigluConst<>+96(SB), Y8, Y8
+	VADDPS expConst<>+96(SB), Y8, Y8
 	VCVTPS2DQ Y7, Y7
-	VPADDD swigluConst<>+384(SB), Y7, Y7
+	VPADDD expConst<>+384(SB), Y7, Y7
 	VPSLLD $23, Y7, Y7
-	VMULPS Y7, Y8, Y8
-	VADDPS swigluConst<>+96(SB), Y8, Y8
-	VDIVPS Y8, Y5, Y5
+	VMULPS Y7, Y8, Y6
+	VADDPS expConst<>+96(SB), Y6, Y6
+	VDIVPS Y6, Y5, Y5
 	VMULPS 32(SI)(AX*4), Y5, Y5
 	VMOVUPS Y5, 32(DI)(AX*4)
 	ADDQ $16, AX
@@ -3059,5 +3453,74 @@ loop:
 	JB loop
 done:
 	VZEROUPPER
+	RET
+
+TEXT ·expSumAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), DI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y12
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	XORQ AX, AX
+	TESTQ CX, CX
+	JEQ done
+loop:
+	VMOVUPS 0(DI)(AX*4), Y0
+	VSUBPS Y12, Y0, Y0
+	VMINPS expConst<>+128(SB), Y0, Y0
+	VMAXPS expConst<>+160(SB), Y0, Y0
+	VMULPS expConst<>+0(SB), Y0, Y1
+	VROUNDPS $0, Y1, Y1
+	VFNMADD231PS expConst<>+32(SB), Y1, Y0
+	VFNMADD231PS expConst<>+64(SB), Y1, Y0
+	VMOVUPS expConst<>+192(SB), Y2
+	VFMADD213PS expConst<>+224(SB), Y0, Y2
+	VFMADD213PS expConst<>+256(SB), Y0, Y2
+	VFMADD213PS expConst<>+288(SB), Y0, Y2
+	VFMADD213PS expConst<>+320(SB), Y0, Y2
+	VFMADD213PS expConst<>+352(SB), Y0, Y2
+	VMULPS Y0, Y0, Y3
+	VFMADD213PS Y0, Y3, Y2
+	VADDPS expConst<>+96(SB), Y2, Y2
+	VCVTPS2DQ Y1, Y1
+	VPADDD expConst<>+384(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y2, Y0
+	VMOVUPS Y0, 0(DI)(AX*4)
+	VADDPS Y0, Y10, Y10
+	VMOVUPS 32(DI)(AX*4), Y5
+	VSUBPS Y12, Y5, Y5
+	VMINPS expConst<>+128(SB), Y5, Y5
+	VMAXPS expConst<>+160(SB), Y5, Y5
+	VMULPS expConst<>+0(SB), Y5, Y6
+	VROUNDPS $0, Y6, Y6
+	VFNMADD231PS expConst<>+32(SB), Y6, Y5
+	VFNMADD231PS expConst<>+64(SB), Y6, Y5
+	VMOVUPS expConst<>+192(SB), Y7
+	VFMADD213PS expConst<>+224(SB), Y5, Y7
+	VFMADD213PS expConst<>+256(SB), Y5, Y7
+	VFMADD213PS expConst<>+288(SB), Y5, Y7
+	VFMADD213PS expConst<>+320(SB), Y5, Y7
+	VFMADD213PS expConst<>+352(SB), Y5, Y7
+	VMULPS Y5, Y5, Y8
+	VFMADD213PS Y5, Y8, Y7
+	VADDPS expConst<>+96(SB), Y7, Y7
+	VCVTPS2DQ Y6, Y6
+	VPADDD expConst<>+384(SB), Y6, Y6
+	VPSLLD $23, Y6, Y6
+	VMULPS Y6, Y7, Y5
+	VMOVUPS Y5, 32(DI)(AX*4)
+	VADDPS Y5, Y11, Y11
+	ADDQ $16, AX
+	CMPQ AX, CX
+	JB loop
+done:
+	VADDPS Y11, Y10, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
 	RET
 

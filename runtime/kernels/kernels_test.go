@@ -161,41 +161,51 @@ func TestRawKernels(t *testing.T) {
 				}
 			}
 			// dotRows and axpyRows: m rows at a stride longer than a row,
-			// with and without prefetching, some coefficients zero.
+			// contiguous or gathered (out of order, repeated), with and
+			// without prefetching, some coefficients zero.
 			for _, mult := range []int{1, 3, 17} {
 				n := mult * ks.blk
-				const m = 9
-				mat := randMat(rng, dt, m, n+5, 1)
+				const m, nrows = 9, 12
+				mat := randMat(rng, dt, nrows, n+5, 1)
 				base, stride := unsafe.Pointer(&mat.Data[0]), (n+5)*es
 				x := randVec(rng, n)
 				a := randVec(rng, m)
 				a[2], a[7] = 0, 0
-				for _, pf := range []int{0, 512} {
-					got := make([]float32, m+1)
-					got[m] = 42
-					ks.dotRows[d](base, stride, &x[0], n, m, &got[0], pf)
-					require.Equal(t, float32(42), got[m], "dotRows wrote past m")
-					dst0 := randVec(rng, n+1)
-					dst := append([]float32(nil), dst0...)
-					ks.axpyRows[d](&dst[0], base, stride, &a[0], n, m, pf)
-					require.Equal(t, dst0[n], dst[n], "axpyRows wrote past n")
-					for r := 0; r < m; r++ {
-						var want, scale float64
-						for c := 0; c < n; c++ {
-							v := mat.vals[r*(n+5)+c] * float64(x[c])
-							want += v
-							scale += math.Abs(v)
-						}
-						checkClose(t, got[r], want, scale, tol, "dotRows %v n=%d pf=%d row %d", dt, n, pf, r)
+				for _, gathered := range []bool{false, true} {
+					rowOf := func(j int) int { return j }
+					var idx *int32
+					if gathered {
+						sel := []int32{11, 0, 5, 5, 3, 10, 1, 7, 2}
+						rowOf = func(j int) int { return int(sel[j]) }
+						idx = &sel[0]
 					}
-					for c := 0; c < n; c++ {
-						want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
-						for r := 0; r < m; r++ {
-							v := float64(a[r]) * mat.vals[r*(n+5)+c]
-							want += v
-							scale += math.Abs(v)
+					for _, pf := range []int{0, 512} {
+						got := make([]float32, m+1)
+						got[m] = 42
+						ks.dotRows[d](base, stride, idx, &x[0], n, m, &got[0], pf)
+						require.Equal(t, float32(42), got[m], "dotRows wrote past m")
+						dst0 := randVec(rng, n+1)
+						dst := append([]float32(nil), dst0...)
+						ks.axpyRows[d](&dst[0], base, stride, idx, &a[0], n, m, pf)
+						require.Equal(t, dst0[n], dst[n], "axpyRows wrote past n")
+						for j := 0; j < m; j++ {
+							var want, scale float64
+							for c := 0; c < n; c++ {
+								v := mat.vals[rowOf(j)*(n+5)+c] * float64(x[c])
+								want += v
+								scale += math.Abs(v)
+							}
+							checkClose(t, got[j], want, scale, tol, "dotRows %v n=%d gathered=%v pf=%d row %d", dt, n, gathered, pf, j)
 						}
-						checkClose(t, dst[c], want, scale, tol, "axpyRows %v n=%d pf=%d col %d", dt, n, pf, c)
+						for c := 0; c < n; c++ {
+							want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
+							for j := 0; j < m; j++ {
+								v := float64(a[j]) * mat.vals[rowOf(j)*(n+5)+c]
+								want += v
+								scale += math.Abs(v)
+							}
+							checkClose(t, dst[c], want, scale, tol, "axpyRows %v n=%d gathered=%v pf=%d col %d", dt, n, gathered, pf, c)
+						}
 					}
 				}
 			}
@@ -204,8 +214,15 @@ func TestRawKernels(t *testing.T) {
 				n := mult * ks.gblk
 				m := randMat(rng, dt, ks.gr, n+3, 1) // row stride n+3 elements
 				x := randVec(rng, ks.gt*(n+5))       // token stride n+5
-				var out [32]float32
-				ks.gemm[d](unsafe.Pointer(&m.Data[0]), (n+3)*es, &x[0], 4*(n+5), n, &out)
+				ld := ks.gr + 2                      // dst row stride: gt rows of gr values and a gap
+				out := make([]float32, ks.gt*ld)
+				for i := range out {
+					out[i] = 42
+				}
+				ks.gemm[d](unsafe.Pointer(&m.Data[0]), (n+3)*es, &x[0], 4*(n+5), n, &out[0], 4*ld)
+				for u := 0; u < ks.gt; u++ {
+					require.Equal(t, float32(42), out[u*ld+ks.gr], "gemm wrote outside its tile")
+				}
 				for r := 0; r < ks.gr; r++ {
 					for u := 0; u < ks.gt; u++ {
 						var want, scale float64
@@ -214,7 +231,7 @@ func TestRawKernels(t *testing.T) {
 							want += v
 							scale += math.Abs(v)
 						}
-						checkClose(t, out[r*ks.gt+u], want, scale, tol, "gemm %v n=%d r=%d t=%d", dt, n, r, u)
+						checkClose(t, out[u*ld+r], want, scale, tol, "gemm %v n=%d r=%d t=%d", dt, n, r, u)
 					}
 				}
 			}
@@ -264,6 +281,26 @@ func TestRawKernels(t *testing.T) {
 			for i, w := range want {
 				checkClose(t, g[i], w, math.Max(1, math.Abs(w)), 1e-6, "swiglu %d", i)
 			}
+		}
+		// expSum: softmax numerators over scores down to 100 below the maximum.
+		{
+			n := 16 * 9
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(-rng.Float64() * 100)
+			}
+			x[5] = 0
+			want := make([]float64, n)
+			var wantSum float64
+			for i, v := range x {
+				want[i] = math.Exp(float64(v - 0.5)) // the difference in float32, as the kernels
+				wantSum += want[i]
+			}
+			sum := ks.expSum(&x[0], n, 0.5)
+			for i, w := range want {
+				checkClose(t, x[i], w, w, 1e-6, "expSum x[%d]", i)
+			}
+			checkClose(t, sum, wantSum, wantSum, 1e-6, "expSum sum")
 		}
 		// readSum over 128-byte multiples.
 		buf := make([]uint64, 16*33)

@@ -178,6 +178,15 @@ func rowIndex(rows []int32, j, nrows int) int {
 	return r
 }
 
+// checkRows panics unless every row index is in [0, nrows).
+func checkRows(rows []int32, nrows int) {
+	for _, r := range rows {
+		if uint32(r) >= uint32(nrows) {
+			panic(fmt.Sprintf("kernels: row %d out of range [0, %d)", r, nrows))
+		}
+	}
+}
+
 // prefetchBytes is how far ahead, at least, MatVec prefetches.
 const prefetchBytes = 8 << 10
 
@@ -229,19 +238,24 @@ func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32,
 	base := dataPtr(w)
 	dst = dst[:hi]
 	k := lo
-	if rows == nil && rb < seqRowBytes {
+	if rb < seqRowBytes {
 		// Short rows: one row after the other is a single stream, which the
 		// hardware prefetchers follow better than four short ones; one call
 		// runs the whole range.
+		var idx *int32
+		if rows != nil {
+			checkRows(rows[lo:hi], w.Rows)
+			idx = &rows[lo]
+		} else {
+			base = unsafe.Add(base, lo*rb)
+		}
 		if nb > 0 {
-			ks.dotRows[d](unsafe.Add(base, lo*rb), rb, &x[0], nb, hi-lo, &dst[lo], dotRowsAhead)
+			ks.dotRows[d](base, rb, idx, &x[0], nb, hi-lo, &dst[lo], dotRowsAhead)
 		} else {
 			clear(dst[lo:hi])
 		}
-		if nb < n {
-			for ; k < hi; k++ {
-				dst[k] += genericSet.dot1[d](unsafe.Add(base, k*rb+nb*es), &x[nb], n-nb)
-			}
+		for j := lo; nb < n && j < hi; j++ {
+			dst[j] += genericSet.dot1[d](unsafe.Add(rowAt(base, rb, idx, j-lo), nb*es), &x[nb], n-nb)
 		}
 		return
 	}
@@ -273,18 +287,22 @@ func accumRows(ks *kernelSet, d, es int, dst []float32, base unsafe.Pointer, str
 		return
 	}
 	nb := n &^ (ks.blk - 1)
-	if stream && rows == nil && stride < seqRowBytes {
-		if len(a) > nrows {
-			panic(fmt.Sprintf("kernels: row %d out of range [0, %d)", len(a)-1, nrows))
-		}
+	if stream && stride < seqRowBytes {
 		if len(a) == 0 {
 			return
 		}
+		var idx *int32
+		if rows != nil {
+			checkRows(rows[:len(a)], nrows)
+			idx = &rows[0]
+		} else if len(a) > nrows {
+			panic(fmt.Sprintf("kernels: row %d out of range [0, %d)", len(a)-1, nrows))
+		}
 		if nb > 0 {
-			ks.axpyRows[d](&dst[0], base, stride, &a[0], nb, len(a), dotRowsAhead)
+			ks.axpyRows[d](&dst[0], base, stride, idx, &a[0], nb, len(a), dotRowsAhead)
 		}
 		if nb < n {
-			genericSet.axpyRows[d](&dst[nb], unsafe.Add(base, nb*es), stride, &a[0], n-nb, len(a), 0)
+			genericSet.axpyRows[d](&dst[nb], unsafe.Add(base, nb*es), stride, idx, &a[0], n-nb, len(a), 0)
 		}
 		return
 	}
@@ -363,18 +381,18 @@ func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int
 		for ; t+gt <= T; t += gt {
 			r := r0
 			for ; r+gr <= r1; r += gr {
-				if gnb > 0 {
-					ks.gemm[d](row(r), rb, &x[t*C], 4*C, gnb, out)
+				if gnb == C { // the micro-kernel stores the tile itself
+					ks.gemm[d](row(r), rb, &x[t*C], 4*C, gnb, &dst[t*R+r], 4*R)
+					continue
+				}
+				if gnb > 0 { // tile [gt][gr] into out, then the tails
+					ks.gemm[d](row(r), rb, &x[t*C], 4*C, gnb, &out[0], 4*gr)
 				} else {
 					clear(out[:])
 				}
 				for i := 0; i < gr; i++ {
 					for u := 0; u < gt; u++ {
-						v := out[i*gt+u]
-						if gnb < C {
-							v += genericSet.dot1[d](unsafe.Add(row(r+i), gnb*es), &x[(t+u)*C+gnb], C-gnb)
-						}
-						dst[(t+u)*R+r+i] = v
+						dst[(t+u)*R+r+i] = out[u*gr+i] + genericSet.dot1[d](unsafe.Add(row(r+i), gnb*es), &x[(t+u)*C+gnb], C-gnb)
 					}
 				}
 			}

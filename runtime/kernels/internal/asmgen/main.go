@@ -150,7 +150,9 @@ func amd64(g *gen) {
 		x.gemmT(g)
 	}
 	readSumAVX2(g)
+	expTables(g)
 	swigluAVX2(g)
+	expSumAVX2(g)
 }
 
 func (x x86) text(g *gen, name string, args int, goSig string) {
@@ -267,25 +269,27 @@ func (x x86) dot1(g *gen, d dtype) {
 	g.p("")
 }
 
-// dotRows: dst[r] = Σ_{e<n} w_r[e]·x[e] for r < m, where row r starts at
-// w + r·stride bytes; n a multiple of 2·vw. The rows are read one after the
-// other in a single call, prefetching pf bytes ahead of the current position.
+// dotRows: dst[j] = Σ_{e<n} w_r[e]·x[e] for j < m, where row r = idx[j]
+// (idx nil: r = j) starts at w + r·stride bytes; n a multiple of 2·vw. The
+// rows are read one after the other in a single call. Contiguous rows are
+// prefetched pf bytes ahead of the current position, gathered ones one row
+// ahead (row idx[j+1] while row idx[j] is read).
 func (x x86) dotRows(g *gen, d dtype) {
 	name := "dotRows" + d.name + x.name
-	x.text(g, name, 56, "(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)")
+	x.text(g, name, 64, "(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)")
 	g.i("MOVQ w+0(FP), R8")
 	g.i("MOVQ stride+8(FP), R9")
-	g.i("MOVQ x+16(FP), SI")
-	g.i("MOVQ n+24(FP), CX")
-	g.i("MOVQ m+32(FP), BX")
-	g.i("MOVQ dst+40(FP), DI")
-	g.i("MOVQ pf+48(FP), R10")
+	g.i("MOVQ idx+16(FP), R12")
+	g.i("MOVQ x+24(FP), SI")
+	g.i("MOVQ n+32(FP), CX")
+	g.i("MOVQ m+40(FP), BX")
+	g.i("MOVQ dst+48(FP), DI")
+	g.i("MOVQ pf+56(FP), R10")
 	g.i("MOVQ CX, DX")
 	g.i("ANDQ $-%d, DX", 4*x.vw)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	g.p("row:")
-	g.i("LEAQ (R8)(R10*1), R11")
+	x86RowStart(g)
 	for i := 0; i < 4; i++ {
 		x.zero(g, i)
 	}
@@ -308,6 +312,9 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.p("tail:")
 	g.i("CMPQ AX, CX")
 	g.i("JAE sum")
+	for off := 0; off < 2*x.vw*d.size; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+	}
 	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(4))
 	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(5))
 	g.i("VFMADD231PS (SI)(AX*4), %s, %s", x.v(4), x.v(0))
@@ -323,13 +330,50 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VMOVSS X0, (DI)")
 	g.i("ADDQ $4, DI")
-	g.i("ADDQ R9, R8")
-	g.i("DECQ BX")
-	g.i("JNE row")
+	x86RowNext(g)
 	g.p("done:")
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
+}
+
+// x86RowStart emits the label row: and sets R8 to the row to read and R11
+// to the address to prefetch from, for the row kernels. In: R8 the next
+// contiguous row (or w), R9 stride, R10 pf, R12 idx (0: contiguous), BX rows
+// left. When idx is set, R10 is turned into the base w on entry. Uses R13.
+func x86RowStart(g *gen) {
+	g.i("TESTQ R12, R12")
+	g.i("JEQ row")
+	g.i("MOVQ R8, R10") // gathered: R10 is the base
+	g.p("row:")
+	g.i("TESTQ R12, R12")
+	g.i("JEQ contig")
+	g.i("MOVLQSX (R12), R13")
+	g.i("IMULQ R9, R13")
+	g.i("LEAQ (R10)(R13*1), R8")
+	g.i("MOVQ R8, R11")
+	g.i("CMPQ BX, $1")
+	g.i("JEQ ready")
+	g.i("MOVLQSX 4(R12), R13")
+	g.i("IMULQ R9, R13")
+	g.i("LEAQ (R10)(R13*1), R11")
+	g.i("JMP ready")
+	g.p("contig:")
+	g.i("LEAQ (R8)(R10*1), R11")
+	g.p("ready:")
+}
+
+// x86RowNext advances to the next row (index or contiguous) and loops to row:.
+func x86RowNext(g *gen) {
+	g.i("TESTQ R12, R12")
+	g.i("JEQ advance")
+	g.i("ADDQ $4, R12")
+	g.i("JMP next")
+	g.p("advance:")
+	g.i("ADDQ R9, R8")
+	g.p("next:")
+	g.i("DECQ BX")
+	g.i("JNE row")
 }
 
 // axpy4: dst[e] += Σ_r a_r·w_r[e] for e < n; n a multiple of 2·vw. The rows
@@ -403,34 +447,34 @@ func (x x86) axpy1(g *gen, d dtype) {
 	g.p("")
 }
 
-// axpyRows: dst[e] += Σ_{r<m} a[r]·w_r[e] for e < n, where row r starts at
-// w + r·stride bytes; n a multiple of 2·vw. Rows are added one after the other
-// in a single call (one stream, prefetched pf bytes ahead); rows with
-// a[r] == 0 are skipped.
+// axpyRows: dst[e] += Σ_{j<m} a[j]·w_r[e] for e < n, with rows r as in
+// dotRows (idx, stride, pf); n a multiple of 2·vw. Terms with a[j] == 0 are
+// skipped.
 func (x x86) axpyRows(g *gen, d dtype) {
 	name := "axpyRows" + d.name + x.name
-	x.text(g, name, 56, "(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)")
+	x.text(g, name, 64, "(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)")
 	g.i("MOVQ dst+0(FP), DI")
 	g.i("MOVQ w+8(FP), R8")
 	g.i("MOVQ stride+16(FP), R9")
-	g.i("MOVQ a+24(FP), SI")
-	g.i("MOVQ n+32(FP), CX")
-	g.i("MOVQ m+40(FP), BX")
-	g.i("MOVQ pf+48(FP), R10")
+	g.i("MOVQ idx+24(FP), R12")
+	g.i("MOVQ a+32(FP), SI")
+	g.i("MOVQ n+40(FP), CX")
+	g.i("MOVQ m+48(FP), BX")
+	g.i("MOVQ pf+56(FP), R10")
 	g.i("VXORPS X14, X14, X14")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	g.p("row:")
+	x86RowStart(g)
 	g.i("VMOVSS (SI), X15")
+	g.i("ADDQ $4, SI")
 	g.i("VUCOMISS X14, X15")
 	g.i("JNE nonzero")
 	g.i("JPS nonzero") // unordered (NaN): add it
-	g.i("JMP next")
+	g.i("JMP skip")
 	g.p("nonzero:")
-	g.i("VBROADCASTSS (SI), %s", x.v(15))
-	g.i("LEAQ (R8)(R10*1), R11")
+	g.i("VBROADCASTSS X15, %s", x.v(15))
 	g.i("XORQ AX, AX")
 	g.p("loop:")
 	for off := 0; off < 2*x.vw*d.size; off += 64 {
@@ -445,23 +489,20 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.i("ADDQ $%d, AX", 2*x.vw)
 	g.i("CMPQ AX, CX")
 	g.i("JB loop")
-	g.p("next:")
-	g.i("ADDQ $4, SI")
-	g.i("ADDQ R9, R8")
-	g.i("DECQ BX")
-	g.i("JNE row")
+	g.p("skip:")
+	x86RowNext(g)
 	g.p("done:")
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
 }
 
-// gemm: out[r·gt+t] = Σ_{e<n} W[r][e]·X[t][e] for r < gr, t < gt, where row r
-// starts at w + r·wstride bytes and token t at x + t·xstride bytes; n a
-// multiple of vw. Accumulators: gr·gt; registers: gr weights + 1 token.
+// gemm: D[t][r] = Σ_{e<n} W[r][e]·X[t][e] for r < gr, t < gt (= 4), where
+// row r starts at w + r·wstride bytes, token t at x + t·xstride bytes and
+// D[t][r] is stored at dst + t·dstride + 4r; n a multiple of vw. Accumulators: gr·gt; registers: gr weights + 1 token.
 func (x x86) gemm(g *gen, d dtype) {
 	name := "gemm" + d.name + x.name
-	x.text(g, name, 48, "(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)")
+	x.text(g, name, 56, "(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)")
 	// Pointers: rows then tokens, from this pool (AX index, CX count).
 	pool := []string{"R8", "R9", "R10", "R11", "R12", "R13", "SI", "DI", "BX", "DX"}
 	rows, toks := pool[:x.gr], pool[x.gr:x.gr+x.gt]
@@ -499,7 +540,11 @@ func (x x86) gemm(g *gen, d dtype) {
 	g.i("CMPQ AX, CX")
 	g.i("JB loop")
 	g.p("done:")
-	g.i("MOVQ out+40(FP), DI")
+	// Row r's four sums go to dst + t·dstride + 4r, t < 4 (gt is 4).
+	g.i("MOVQ dst+40(FP), DI")
+	g.i("MOVQ dstride+48(FP), DX")
+	g.i("LEAQ (DI)(DX*2), R8")
+	g.i("ADDQ DX, R8")
 	tmp := nacc // a weight register, free now
 	for i := 0; i < nacc; i++ {
 		x.toY(g, i, tmp)
@@ -513,7 +558,11 @@ func (x x86) gemm(g *gen, d dtype) {
 			r = 0
 		}
 		hsum4(g, r, r+1, r+2, r+3)
-		g.i("VMOVUPS X%d, %d(DI)", r, 4*i)
+		row := i / 4
+		g.i("VMOVSS X%d, %d(DI)", r, 4*row)
+		g.i("VEXTRACTPS $1, X%d, %d(DI)(DX*1)", r, 4*row)
+		g.i("VEXTRACTPS $2, X%d, %d(DI)(DX*2)", r, 4*row)
+		g.i("VEXTRACTPS $3, X%d, %d(R8)", r, 4*row)
 	}
 	g.i("VZEROUPPER")
 	g.i("RET")
@@ -646,34 +695,63 @@ func readSumAVX2(g *gen) {
 	g.p("")
 }
 
-// swigluAVX2: g[i] = g[i]/(1+e^(−g[i]))·u[i] for i < n; n a multiple of 16.
-// e^x is Cephes' expf: x clamped to ±88.376, x = k·ln2 + r with |r| ≤ ln2/2
+// expConsts are the constants of expAVX2, each stored as one 8-lane row of
+// the table expConst<>.
+var expConsts = []uint32{
+	math.Float32bits(1.44269504088896341), // 0 log2(e)
+	math.Float32bits(0.693359375),         // 1 ln2, high part
+	math.Float32bits(-2.12194440e-4),      // 2 ln2, low part
+	math.Float32bits(1),                   // 3
+	math.Float32bits(88.3762626647949),    // 4 clamp
+	math.Float32bits(-88.3762626647949),   // 5 clamp
+	math.Float32bits(1.9875691500e-4),     // 6..11 polynomial
+	math.Float32bits(1.3981999507e-3),
+	math.Float32bits(8.3334519073e-3),
+	math.Float32bits(4.1665795894e-2),
+	math.Float32bits(1.6666665459e-1),
+	math.Float32bits(5.0000001201e-1),
+	127, // 12 exponent bias (int32)
+}
+
+func expConst(i int) string { return fmt.Sprintf("expConst<>+%d(SB)", 32*i) }
+
+// expAVX2 sets Y<x> to e^Y<x> (8 lanes), using Y<k>, Y<p>, Y<t> as scratch.
+// It is Cephes' expf: x clamped to ±88.376, x = k·ln2 + r with |r| ≤ ln2/2
 // (ln2 in two parts), e^r by a degree-7 polynomial, 2^k by the exponent bits
-// (relative error about 2e-7). The constants sit in a table of 8-lane rows.
-func swigluAVX2(g *gen) {
-	consts := []uint32{
-		math.Float32bits(1.44269504088896341), // 0 log2(e)
-		math.Float32bits(0.693359375),         // 1 ln2, high part
-		math.Float32bits(-2.12194440e-4),      // 2 ln2, low part
-		math.Float32bits(1),                   // 3
-		math.Float32bits(88.3762626647949),    // 4 clamp
-		math.Float32bits(-88.3762626647949),   // 5 clamp
-		math.Float32bits(1.9875691500e-4),     // 6..11 polynomial
-		math.Float32bits(1.3981999507e-3),
-		math.Float32bits(8.3334519073e-3),
-		math.Float32bits(4.1665795894e-2),
-		math.Float32bits(1.6666665459e-1),
-		math.Float32bits(5.0000001201e-1),
-		127, // 12 exponent bias (int32)
+// (relative error about 2e-7; e^x = 0 below the clamp, +Inf above it).
+func expAVX2(g *gen, x, k, p, t int) {
+	g.i("VMINPS %s, Y%d, Y%d", expConst(4), x, x)
+	g.i("VMAXPS %s, Y%d, Y%d", expConst(5), x, x)
+	g.i("VMULPS %s, Y%d, Y%d", expConst(0), x, k)
+	g.i("VROUNDPS $0, Y%d, Y%d", k, k) // k = round(x·log2 e)
+	g.i("VFNMADD231PS %s, Y%d, Y%d", expConst(1), k, x)
+	g.i("VFNMADD231PS %s, Y%d, Y%d", expConst(2), k, x) // r = x − k·ln2
+	g.i("VMOVUPS %s, Y%d", expConst(6), p)
+	for j := 7; j <= 11; j++ {
+		g.i("VFMADD213PS %s, Y%d, Y%d", expConst(j), x, p)
 	}
-	for i, c := range consts {
+	g.i("VMULPS Y%d, Y%d, Y%d", x, x, t)
+	g.i("VFMADD213PS Y%d, Y%d, Y%d", x, t, p)     // p·r² + r
+	g.i("VADDPS %s, Y%d, Y%d", expConst(3), p, p) // e^r
+	g.i("VCVTPS2DQ Y%d, Y%d", k, k)
+	g.i("VPADDD %s, Y%d, Y%d", expConst(12), k, k)
+	g.i("VPSLLD $23, Y%d, Y%d", k, k) // 2^k
+	g.i("VMULPS Y%d, Y%d, Y%d", k, p, x)
+}
+
+// expTables writes the constant table of expAVX2.
+func expTables(g *gen) {
+	for i, c := range expConsts {
 		for l := 0; l < 8; l++ {
-			g.p("DATA swigluConst<>+%d(SB)/4, $0x%08x", 32*i+4*l, c)
+			g.p("DATA expConst<>+%d(SB)/4, $0x%08x", 32*i+4*l, c)
 		}
 	}
-	g.p("GLOBL swigluConst<>(SB), RODATA|NOPTR, $%d", 32*len(consts))
+	g.p("GLOBL expConst<>(SB), RODATA|NOPTR, $%d", 32*len(expConsts))
 	g.p("")
-	c := func(i int) string { return fmt.Sprintf("swigluConst<>+%d(SB)", 32*i) }
+}
+
+// swigluAVX2: g[i] = g[i]/(1+e^(−g[i]))·u[i] for i < n; n a multiple of 16.
+func swigluAVX2(g *gen) {
 	x := x86{name: "AVX2", vw: 8, r: "Y"}
 	x.text(g, "swigluAVX2", 24, "(gate, up *float32, n int)")
 	g.i("MOVQ gate+0(FP), DI")
@@ -683,31 +761,15 @@ func swigluAVX2(g *gen) {
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
 	g.p("loop:")
-	// Two vectors per iteration: registers 0-3 and 4-7 (g, x then r, k, p).
+	// Two vectors per iteration: registers 0-4 and 5-9.
 	for h := 0; h < 2; h++ {
-		gr, xr, k, p, t := 5*h, 5*h+1, 5*h+2, 5*h+3, 5*h+4
+		gr, xr := 5*h, 5*h+1
 		g.i("VMOVUPS %d(DI)(AX*4), Y%d", 32*h, gr)
 		g.i("VXORPS Y%d, Y%d, Y%d", xr, xr, xr)
 		g.i("VSUBPS Y%d, Y%d, Y%d", gr, xr, xr) // x = −g
-		g.i("VMINPS %s, Y%d, Y%d", c(4), xr, xr)
-		g.i("VMAXPS %s, Y%d, Y%d", c(5), xr, xr)
-		g.i("VMULPS %s, Y%d, Y%d", c(0), xr, k)
-		g.i("VROUNDPS $0, Y%d, Y%d", k, k) // k = round(x·log2 e)
-		g.i("VFNMADD231PS %s, Y%d, Y%d", c(1), k, xr)
-		g.i("VFNMADD231PS %s, Y%d, Y%d", c(2), k, xr) // r = x − k·ln2
-		g.i("VMOVUPS %s, Y%d", c(6), p)
-		for j := 7; j <= 11; j++ {
-			g.i("VFMADD213PS %s, Y%d, Y%d", c(j), xr, p)
-		}
-		g.i("VMULPS Y%d, Y%d, Y%d", xr, xr, t)
-		g.i("VFMADD213PS Y%d, Y%d, Y%d", xr, t, p) // p·r² + r
-		g.i("VADDPS %s, Y%d, Y%d", c(3), p, p)     // e^r
-		g.i("VCVTPS2DQ Y%d, Y%d", k, k)
-		g.i("VPADDD %s, Y%d, Y%d", c(12), k, k)
-		g.i("VPSLLD $23, Y%d, Y%d", k, k) // 2^k
-		g.i("VMULPS Y%d, Y%d, Y%d", k, p, p)
-		g.i("VADDPS %s, Y%d, Y%d", c(3), p, p) // 1 + e^x
-		g.i("VDIVPS Y%d, Y%d, Y%d", p, gr, gr)
+		expAVX2(g, xr, 5*h+2, 5*h+3, 5*h+4)
+		g.i("VADDPS %s, Y%d, Y%d", expConst(3), xr, xr) // 1 + e^x
+		g.i("VDIVPS Y%d, Y%d, Y%d", xr, gr, gr)
 		g.i("VMULPS %d(SI)(AX*4), Y%d, Y%d", 32*h, gr, gr)
 		g.i("VMOVUPS Y%d, %d(DI)(AX*4)", gr, 32*h)
 	}
@@ -716,6 +778,43 @@ func swigluAVX2(g *gen) {
 	g.i("JB loop")
 	g.p("done:")
 	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// expSumAVX2: x[i] = e^(x[i]−m) for i < n and returns Σ x[i]; n a multiple of
+// 16 (softmax with its maximum m subtracted).
+func expSumAVX2(g *gen) {
+	x := x86{name: "AVX2", vw: 8, r: "Y"}
+	x.text(g, "expSumAVX2", 28, "(x *float32, n int, m float32) float32")
+	g.i("MOVQ x+0(FP), DI")
+	g.i("MOVQ n+8(FP), CX")
+	g.i("VBROADCASTSS m+16(FP), Y12")
+	g.i("VXORPS Y10, Y10, Y10")
+	g.i("VXORPS Y11, Y11, Y11")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	for h := 0; h < 2; h++ {
+		xr := 5 * h
+		g.i("VMOVUPS %d(DI)(AX*4), Y%d", 32*h, xr)
+		g.i("VSUBPS Y12, Y%d, Y%d", xr, xr)
+		expAVX2(g, xr, xr+1, xr+2, xr+3)
+		g.i("VMOVUPS Y%d, %d(DI)(AX*4)", xr, 32*h)
+		g.i("VADDPS Y%d, Y%d, Y%d", xr, 10+h, 10+h)
+	}
+	g.i("ADDQ $16, AX")
+	g.i("CMPQ AX, CX")
+	g.i("JB loop")
+	g.p("done:")
+	g.i("VADDPS Y11, Y10, Y0")
+	g.i("VEXTRACTF128 $1, Y0, X1")
+	g.i("VADDPS X1, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VZEROUPPER")
+	g.i("MOVSS X0, ret+24(FP)")
 	g.i("RET")
 	g.p("")
 }
@@ -903,20 +1002,19 @@ func neonDot1(g *gen, d dtype) {
 // neonDotRows is dotRows for NEON (n a multiple of 16).
 func neonDotRows(g *gen, d dtype) {
 	name := "dotRows" + d.name + "NEON"
-	neonText(g, name, 56, "(w unsafe.Pointer, stride int, x *float32, n, m int, dst *float32, pf int)")
+	neonText(g, name, 64, "(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int)")
 	g.i("MOVD w+0(FP), R0")
 	g.i("MOVD stride+8(FP), R1")
-	g.i("MOVD x+16(FP), R2")
-	g.i("MOVD n+24(FP), R3")
-	g.i("MOVD m+32(FP), R6")
-	g.i("MOVD dst+40(FP), R7")
-	g.i("MOVD pf+48(FP), R8")
+	g.i("MOVD idx+16(FP), R11")
+	g.i("MOVD x+24(FP), R2")
+	g.i("MOVD n+32(FP), R3")
+	g.i("MOVD m+40(FP), R6")
+	g.i("MOVD dst+48(FP), R7")
+	g.i("MOVD pf+56(FP), R8")
 	zero(g, zeroV)
 	g.i("CBZ R6, done")
 	g.i("CBZ R3, done")
-	g.p("row:")
-	g.i("MOVD R0, R9")
-	g.i("ADD R8, R0, R10")
+	neonRowStart(g)
 	g.i("MOVD R2, R4")
 	g.i("MOVD R3, R5")
 	zero(g, 16, 17, 18, 19)
@@ -939,12 +1037,46 @@ func neonDotRows(g *gen, d dtype) {
 	g.i(faddpS(16, 16))
 	g.i("FMOVS F16, (R7)")
 	g.i("ADD $4, R7, R7")
-	g.i("ADD R1, R0, R0")
-	g.i("SUBS $1, R6, R6")
-	g.i("BNE row")
+	neonRowNext(g)
 	g.p("done:")
 	g.i("RET")
 	g.p("")
+}
+
+// neonRowStart emits the label row: and sets R9 to the row to read and R10
+// to the address to prefetch from, for the row kernels. In: R0 the next
+// contiguous row (or w), R1 stride, R8 pf, R11 idx (0: contiguous), R6 rows
+// left. Uses R12 (the base w, saved on entry) and R13.
+func neonRowStart(g *gen) {
+	g.i("MOVD R0, R12")
+	g.p("row:")
+	g.i("CBZ R11, contig")
+	g.i("MOVW (R11), R13")
+	g.i("MUL R1, R13, R13")
+	g.i("ADD R12, R13, R9")
+	g.i("MOVD R9, R10")
+	g.i("CMP $1, R6")
+	g.i("BEQ ready")
+	g.i("MOVW 4(R11), R13")
+	g.i("MUL R1, R13, R13")
+	g.i("ADD R12, R13, R10")
+	g.i("B ready")
+	g.p("contig:")
+	g.i("MOVD R0, R9")
+	g.i("ADD R8, R0, R10")
+	g.p("ready:")
+}
+
+// neonRowNext advances to the next row (index or contiguous) and loops to row:.
+func neonRowNext(g *gen) {
+	g.i("CBZ R11, advance")
+	g.i("ADD $4, R11, R11")
+	g.i("B next")
+	g.p("advance:")
+	g.i("ADD R1, R0, R0")
+	g.p("next:")
+	g.i("SUBS $1, R6, R6")
+	g.i("BNE row")
 }
 
 func neonAxpy4(g *gen, d dtype) {
@@ -1003,27 +1135,26 @@ func neonAxpy1(g *gen, d dtype) {
 // neonAxpyRows is axpyRows for NEON (n a multiple of 16).
 func neonAxpyRows(g *gen, d dtype) {
 	name := "axpyRows" + d.name + "NEON"
-	neonText(g, name, 56, "(dst *float32, w unsafe.Pointer, stride int, a *float32, n, m int, pf int)")
-	g.i("MOVD dst+0(FP), R0")
-	g.i("MOVD w+8(FP), R1")
-	g.i("MOVD stride+16(FP), R2")
-	g.i("MOVD a+24(FP), R3")
-	g.i("MOVD n+32(FP), R5")
-	g.i("MOVD m+40(FP), R6")
-	g.i("MOVD pf+48(FP), R8")
+	neonText(g, name, 64, "(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)")
+	g.i("MOVD dst+0(FP), R7")
+	g.i("MOVD w+8(FP), R0")
+	g.i("MOVD stride+16(FP), R1")
+	g.i("MOVD idx+24(FP), R11")
+	g.i("MOVD a+32(FP), R2")
+	g.i("MOVD n+40(FP), R3")
+	g.i("MOVD m+48(FP), R6")
+	g.i("MOVD pf+56(FP), R8")
 	zero(g, zeroV)
-	g.i("CBZ R5, done")
+	g.i("CBZ R3, done")
 	g.i("CBZ R6, done")
-	g.p("row:")
-	g.i("FMOVS (R3), F24")
-	g.i("ADD $4, R3, R3")
+	neonRowStart(g)
+	g.i("FMOVS (R2), F24")
+	g.i("ADD $4, R2, R2")
 	g.i("FCMPS $(0.0), F24")
-	g.i("BEQ next")
+	g.i("BEQ skip")
 	g.i("VDUP V24.S[0], V24.S4")
-	g.i("MOVD R1, R9")
-	g.i("ADD R8, R1, R10")
-	g.i("MOVD R0, R4")
-	g.i("MOVD R5, R7")
+	g.i("MOVD R7, R4")
+	g.i("MOVD R3, R5")
 	g.p("loop:")
 	for off := 0; off < 16*d.size; off += 64 {
 		g.i("PRFM %d(R10), PLDL1KEEP", off)
@@ -1035,12 +1166,10 @@ func neonAxpyRows(g *gen, d dtype) {
 		g.i("VFMLA V%d.S4, V24.S4, V%d.S4", 4+j, 16+j)
 	}
 	g.i("VST1.P [V16.S4, V17.S4, V18.S4, V19.S4], 64(R4)")
-	g.i("SUBS $16, R7, R7")
+	g.i("SUBS $16, R5, R5")
 	g.i("BNE loop")
-	g.p("next:")
-	g.i("ADD R2, R1, R1")
-	g.i("SUBS $1, R6, R6")
-	g.i("BNE row")
+	g.p("skip:")
+	neonRowNext(g)
 	g.p("done:")
 	g.i("RET")
 	g.p("")
@@ -1051,7 +1180,7 @@ func neonAxpyRows(g *gen, d dtype) {
 // token V24, V25, raw V27, zero V31.
 func neonGemm(g *gen, d dtype, gr, gt int) {
 	name := "gemm" + d.name + "NEON"
-	neonText(g, name, 48, "(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, out *[32]float32)")
+	neonText(g, name, 56, "(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)")
 	g.i("MOVD w+0(FP), R0")
 	g.i("MOVD wstride+8(FP), R10")
 	for r := 1; r < gr; r++ {
@@ -1063,7 +1192,11 @@ func neonGemm(g *gen, d dtype, gr, gt int) {
 		g.i("ADD R10, R%d, R%d", 4+t-1, 4+t)
 	}
 	g.i("MOVD n+32(FP), R8")
-	g.i("MOVD out+40(FP), R9")
+	g.i("MOVD dst+40(FP), R9")
+	g.i("MOVD dstride+48(FP), R10")
+	g.i("ADD R10, R9, R11")
+	g.i("ADD R10, R11, R12")
+	g.i("ADD R10, R12, R13")
 	acc := func(r, t int) int { return 8 + r*gt + t }
 	for r := 0; r < gr; r++ {
 		for t := 0; t < gt; t++ {
@@ -1089,7 +1222,12 @@ func neonGemm(g *gen, d dtype, gr, gt int) {
 		g.i(faddpV(24, i, i+1))
 		g.i(faddpV(25, i+2, i+3))
 		g.i(faddpV(24, 24, 25))
-		g.i("VST1.P [V24.S4], 16(R9)")
+		row := (i - 8) / 4 // row's four sums go to dst + t·dstride + 4·row
+		g.i("FMOVS F24, %d(R9)", 4*row)
+		for t, reg := range []string{"R11", "R12", "R13"} {
+			g.i("VMOV V24.S[%d], R7", t+1)
+			g.i("MOVW R7, %d(%s)", 4*row, reg)
+		}
 	}
 	g.i("RET")
 	g.p("")
