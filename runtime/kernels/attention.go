@@ -44,7 +44,7 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 		s.att = make([]float32, need)
 	}
 	for u := lo; u < hi; u++ {
-		t, h := u/a.Heads, u%a.Heads
+		t, h := balancedToken(u/a.Heads, a.T), u%a.Heads
 		n := a.Pos + t + 1
 		qh := j.x[t*qd+h*hd : t*qd+(h+1)*hd]
 		off := (h / group) * hd
@@ -85,6 +85,17 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 			o[i] *= inv
 		}
 	}
+}
+
+// balancedToken maps the i-th token of the work order to a token index:
+// 0, T−1, 1, T−2, … A token's cost grows with its position (causal
+// attention), so in this order any contiguous range of pairs, as the pool
+// hands out, holds early and late tokens alike.
+func balancedToken(i, T int) int {
+	if i%2 == 0 {
+		return i / 2
+	}
+	return T - 1 - i/2
 }
 
 func expSumGo(xp *float32, n int, m float32) float32 {
