@@ -41,8 +41,9 @@ type kernelSet struct {
 	// axpyRows adds Σ_{j<m} a[j]·w_r to dst[:n], with rows r as in dotRows,
 	// skipping a[j] == 0.
 	axpyRows [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int)
-	// gemm stores Σ_{e<n} W_r[e]·X_t[e] at dst + t·dstride + 4r for r < gr,
-	// t < gt, with W_r at w + r·wstride bytes and X_t at x + t·xstride bytes.
+	// gemm adds Σ_{e<n} W_r[e]·X_t[e] to the float32 at dst + t·dstride + 4r
+	// for r < gr, t < gt, with W_r at w + r·wstride bytes and X_t at
+	// x + t·xstride bytes.
 	gemm [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 	// cvt decodes n weights at src into dst.
 	cvt [3]func(dst *float32, src unsafe.Pointer, n int)
@@ -297,7 +298,7 @@ func gemmGo(d, size int, w unsafe.Pointer, x *float32, xstride int, n int, dst *
 		}
 	}
 	for t, v := range s {
-		*(*float32)(unsafe.Add(unsafe.Pointer(dst), t*dstride)) = v
+		*(*float32)(unsafe.Add(unsafe.Pointer(dst), t*dstride)) += v
 	}
 }
 

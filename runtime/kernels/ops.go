@@ -66,12 +66,22 @@ func AddRows(p *Pool, dst []float32, w Mat, rows []int32, a []float32) {
 const minSplitTerms = 32
 
 // MatMul computes dst[t,r] = Σ_c W[r,c]·X[t,c] for t < T: the prefill form of
-// MatVec. Shapes: x [T, w.Cols], dst [T, w.Rows], both row-major.
+// MatVec. Shapes: x [T, w.Cols], dst [T, w.Rows], both row-major. Tokens are
+// split across the pool's workers when there are enough, else rows.
 func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 	checkMat(w)
 	checkLen("MatMul x", x, T*w.Cols)
 	checkLen("MatMul dst", dst, T*w.Rows)
-	p.run(job{op: opMatMul, ks: active, w: w, dst: dst, x: x, t: T}, w.Rows)
+	ks := active
+	if groups := (T + ks.gt - 1) / ks.gt; groups >= minChunk*p.workers {
+		// Enough tokens: each worker takes whole groups of tokens over all
+		// rows. Its share of x then stays in its own L2, and it reads the
+		// weights the other workers read at about the same time (from L3);
+		// 8–25% faster than splitting rows at 64 tokens on 2 threads.
+		p.run(job{op: opMatMulTok, ks: ks, w: w, dst: dst, x: x, t: T}, groups)
+		return
+	}
+	p.run(job{op: opMatMul, ks: ks, w: w, dst: dst, x: x, t: T}, w.Rows)
 }
 
 // MatMulRowsT computes dst[t,c] = Σ_k A[t,k]·W[k,c] for t < T, with W = w
@@ -107,6 +117,7 @@ const (
 	opAddRowsPart
 	opAttention
 	opSwiGLU
+	opMatMulTok
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
@@ -121,6 +132,12 @@ type job struct {
 	t    int
 	k, v []float32 // Attention: the KV cache
 	attn AttnShape // Attention: the shape
+}
+
+// colSplit reports whether the job's parallel dimension is a vector one
+// (columns, elements), whose ranges the pool keeps to multiples of 16.
+func (j *job) colSplit() bool {
+	return j.op == opAddRows || j.op == opMatMulT || j.op == opSwiGLU
 }
 
 // do runs the part [lo, hi) of the job's parallel dimension.
@@ -157,6 +174,10 @@ func (j *job) do(lo, hi int, s *scratch) {
 		swigluRange(j.ks, j.dst[lo:hi], j.x[lo:hi])
 	case opMatMul:
 		matMulRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
+	case opMatMulTok: // [lo, hi) are groups of gt tokens
+		R, C := j.w.Rows, j.w.Cols
+		t0, t1 := lo*j.ks.gt, min(hi*j.ks.gt, j.t)
+		matMulRange(j.ks, j.dst[t0*R:t1*R], j.w, j.x[t0*C:t1*C], t1-t0, 0, R, s)
 	case opMatMulT:
 		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
 	case opRead:
@@ -362,10 +383,10 @@ const gemmBlockBytes = 64 << 10
 // memory once and converted once per gt tokens.
 func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch) {
 	d, es, C, R, rb := dtIndex(w.DType), w.DType.Size(), w.Cols, w.Rows, w.RowBytes()
+	for t := 0; t < T; t++ {
+		clear(dst[t*R+lo : t*R+hi]) // the micro-kernel adds to dst
+	}
 	if C == 0 {
-		for t := 0; t < T; t++ {
-			clear(dst[t*R+lo : t*R+hi])
-		}
 		return
 	}
 	gr, gt := ks.gr, ks.gt
@@ -374,25 +395,18 @@ func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int
 	base := dataPtr(w)
 	row := func(r int) unsafe.Pointer { return unsafe.Add(base, r*rb) }
 	block := max(gr, gemmBlockBytes/rb/gr*gr)
-	out := &s.out
 	for r0 := lo; r0 < hi; r0 += block {
 		r1 := min(r0+block, hi)
 		t := 0
 		for ; t+gt <= T; t += gt {
 			r := r0
 			for ; r+gr <= r1; r += gr {
-				if gnb == C { // the micro-kernel stores the tile itself
+				if gnb > 0 {
 					ks.gemm[d](row(r), rb, &x[t*C], 4*C, gnb, &dst[t*R+r], 4*R)
-					continue
 				}
-				if gnb > 0 { // tile [gt][gr] into out, then the tails
-					ks.gemm[d](row(r), rb, &x[t*C], 4*C, gnb, &out[0], 4*gr)
-				} else {
-					clear(out[:])
-				}
-				for i := 0; i < gr; i++ {
-					for u := 0; u < gt; u++ {
-						dst[(t+u)*R+r+i] = out[u*gr+i] + genericSet.dot1[d](unsafe.Add(row(r+i), gnb*es), &x[(t+u)*C+gnb], C-gnb)
+				for i := 0; gnb < C && i < gr; i++ { // the reduction tail
+					for u := t; u < t+gt; u++ {
+						dst[u*R+r+i] += genericSet.dot1[d](unsafe.Add(row(r+i), gnb*es), &x[u*C+gnb], C-gnb)
 					}
 				}
 			}

@@ -23,6 +23,8 @@ type Pool struct {
 	closed  atomic.Bool
 	parked  []atomic.Bool   // parked[i]: worker i+1 is (about to be) asleep on wake[i]
 	wake    []chan struct{} // one-slot wake-up channels
+	waiting atomic.Bool     // the caller is (about to be) asleep on done
+	done    chan struct{}   // one slot: the last worker of a call wakes the caller
 	scratch []*scratch      // one per worker; [0] is the calling goroutine's
 }
 
@@ -30,21 +32,23 @@ type span struct{ lo, hi int }
 
 // scratch is a worker's private buffer space, kept across calls.
 type scratch struct {
-	out  [32]float32 // gemm micro-kernel results
-	pack []float32   // MatMulRowsT's float32 copy of a weight block
-	acc  []float32   // AddRows's partial sum
-	att  []float32   // Attention's scores for one token-head pair
+	pack []float32 // MatMulRowsT's float32 copy of a weight block
+	acc  []float32 // AddRows's partial sum
+	att  []float32 // Attention's scores for one token-head pair
 }
 
 // minChunk is the smallest range worth handing to another worker.
 const minChunk = 8
 
 // spinChecks is how many times an idle worker polls for a new call before it
-// parks, and a caller polls before yielding while it waits. Each poll is
-// paced by cpuPause (about 30 ns on Zen 3), so a worker spins about 0.5 ms.
-// The pause matters: without it, 2-thread prefill on a 2-vCPU VM ran 8–30%
-// slower (the spinning vCPU competes with the working one).
-const spinChecks = 1 << 14
+// parks, and a caller polls for the workers to finish before it sleeps. Each
+// poll is paced by cpuPause (about 30 ns on Zen 3): about 120 µs of spinning,
+// longer than most gaps between a forward pass's kernel calls. Longer spins
+// made prefill no faster measurably (±15% noise on this VM) and test binaries
+// sharing the CPUs several times slower; without the pause, 2-thread prefill
+// on a 2-vCPU VM ran 8–30% slower (a spinning vCPU competes with the working
+// one).
+const spinChecks = 1 << 12
 
 // NewPool starts a pool of n workers (n ≤ 0: runtime.NumCPU()). The calling
 // goroutine works too, so n-1 goroutines are started.
@@ -53,7 +57,7 @@ func NewPool(n int) *Pool {
 		n = runtime.NumCPU()
 	}
 	p := &Pool{workers: n, spans: make([]span, n-1), parked: make([]atomic.Bool, n-1),
-		wake: make([]chan struct{}, n-1), scratch: make([]*scratch, n)}
+		wake: make([]chan struct{}, n-1), done: make(chan struct{}, 1), scratch: make([]*scratch, n)}
 	for i := range p.scratch {
 		p.scratch[i] = new(scratch)
 	}
@@ -94,7 +98,9 @@ func (p *Pool) worker(i int) {
 		if sp.lo < sp.hi {
 			p.cur.do(sp.lo, sp.hi, s)
 		}
-		p.pending.Add(-1)
+		if p.pending.Add(-1) == 0 && p.waiting.CompareAndSwap(true, false) {
+			p.done <- struct{}{}
+		}
 	}
 }
 
@@ -122,9 +128,9 @@ func (p *Pool) run(j job, n int) (parts int) {
 	}
 	p.cur = j
 	chunk := (n + parts - 1) / parts
-	// Keep ranges a multiple of 16 elements where possible so SIMD column
-	// splits stay aligned.
-	if chunk > 16 {
+	// Keep column ranges a multiple of 16 elements where possible so SIMD
+	// column splits stay aligned.
+	if chunk > 16 && j.colSplit() {
 		chunk = (chunk + 15) &^ 15
 	}
 	used := 1
@@ -144,10 +150,19 @@ func (p *Pool) run(j job, n int) (parts int) {
 	}
 	p.cur.do(0, min(chunk, n), p.scratch[0])
 	for spins := 0; p.pending.Load() != 0; spins++ {
-		cpuPause()
-		if spins >= spinChecks {
-			runtime.Gosched()
+		if spins < spinChecks {
+			cpuPause()
+			continue
 		}
+		// Sleep: announce it, look once more, then wait for the last worker
+		// (which wakes a caller it finds waiting). Spinning on instead would
+		// keep a CPU from a worker when the CPUs are oversubscribed.
+		p.waiting.Store(true)
+		if p.pending.Load() == 0 && p.waiting.CompareAndSwap(true, false) {
+			break
+		}
+		<-p.done
+		break
 	}
 	return used
 }

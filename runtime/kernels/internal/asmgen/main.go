@@ -497,9 +497,9 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.p("")
 }
 
-// gemm: D[t][r] = Σ_{e<n} W[r][e]·X[t][e] for r < gr, t < gt (= 4), where
+// gemm: D[t][r] += Σ_{e<n} W[r][e]·X[t][e] for r < gr, t < gt (= 4), where
 // row r starts at w + r·wstride bytes, token t at x + t·xstride bytes and
-// D[t][r] is stored at dst + t·dstride + 4r; n a multiple of vw. Accumulators: gr·gt; registers: gr weights + 1 token.
+// D[t][r] is at dst + t·dstride + 4r; n a multiple of vw. Accumulators: gr·gt; registers: gr weights + 1 token.
 func (x x86) gemm(g *gen, d dtype) {
 	name := "gemm" + d.name + x.name
 	x.text(g, name, 56, "(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)")
@@ -540,7 +540,7 @@ func (x x86) gemm(g *gen, d dtype) {
 	g.i("CMPQ AX, CX")
 	g.i("JB loop")
 	g.p("done:")
-	// Row r's four sums go to dst + t·dstride + 4r, t < 4 (gt is 4).
+	// Row r's four sums are added to dst + t·dstride + 4r, t < 4 (gt is 4).
 	g.i("MOVQ dst+40(FP), DI")
 	g.i("MOVQ dstride+48(FP), DX")
 	g.i("LEAQ (DI)(DX*2), R8")
@@ -559,6 +559,12 @@ func (x x86) gemm(g *gen, d dtype) {
 		}
 		hsum4(g, r, r+1, r+2, r+3)
 		row := i / 4
+		// Add the four dst values (gathered into X<r+1>, free after hsum4).
+		g.i("VMOVSS %d(DI), X%d", 4*row, r+1)
+		g.i("VINSERTPS $0x10, %d(DI)(DX*1), X%d, X%d", 4*row, r+1, r+1)
+		g.i("VINSERTPS $0x20, %d(DI)(DX*2), X%d, X%d", 4*row, r+1, r+1)
+		g.i("VINSERTPS $0x30, %d(R8), X%d, X%d", 4*row, r+1, r+1)
+		g.i("VADDPS X%d, X%d, X%d", r+1, r, r)
 		g.i("VMOVSS X%d, %d(DI)", r, 4*row)
 		g.i("VEXTRACTPS $1, X%d, %d(DI)(DX*1)", r, 4*row)
 		g.i("VEXTRACTPS $2, X%d, %d(DI)(DX*2)", r, 4*row)
@@ -1222,7 +1228,13 @@ func neonGemm(g *gen, d dtype, gr, gt int) {
 		g.i(faddpV(24, i, i+1))
 		g.i(faddpV(25, i+2, i+3))
 		g.i(faddpV(24, 24, 25))
-		row := (i - 8) / 4 // row's four sums go to dst + t·dstride + 4·row
+		row := (i - 8) / 4 // row's four sums are added to dst + t·dstride + 4·row
+		g.i("FMOVS %d(R9), F25", 4*row)
+		for t, reg := range []string{"R11", "R12", "R13"} {
+			g.i("MOVWU %d(%s), R7", 4*row, reg)
+			g.i("VMOV R7, V25.S[%d]", t+1)
+		}
+		g.i(faddV(24, 24, 25))
 		g.i("FMOVS F24, %d(R9)", 4*row)
 		for t, reg := range []string{"R11", "R12", "R13"} {
 			g.i("VMOV V24.S[%d], R7", t+1)
