@@ -99,7 +99,7 @@ type Counter struct {
 	Alpha  float64
 	Counts [][]int32 // [layer][kept row]; nil for layers not counted
 	model  *Model
-	order  []int32
+	pos    []float32 // one token's positive activations (scratch)
 }
 
 // NewCounter returns a Counter for the sliced layers of m.
@@ -114,7 +114,9 @@ func NewCounter(m *Model, alpha float64) *Counter {
 }
 
 // ObserveFFN counts the top α of each token's positive activations. act is
-// [T, kept] over all loaded rows (prefill computes every loaded neuron).
+// [T, kept] over all loaded rows (prefill computes every loaded neuron). The
+// k-th largest value is found by selection (O(P) per token), then the rows
+// above it are counted, and rows equal to it in row order until k.
 func (c *Counter) ObserveFFN(layer int, act []float32, T int, rows []int32) {
 	counts := c.Counts[layer]
 	if counts == nil {
@@ -123,24 +125,66 @@ func (c *Counter) ObserveFFN(layer int, act []float32, T int, rows []int32) {
 	kept := len(counts)
 	for t := 0; t < T; t++ {
 		a := act[t*kept : (t+1)*kept]
-		c.order = c.order[:0]
-		for j, v := range a {
+		c.pos = c.pos[:0]
+		for _, v := range a {
 			if v > 0 {
-				c.order = append(c.order, int32(j))
+				c.pos = append(c.pos, v)
 			}
 		}
-		k := RoundCount(c.Alpha, len(c.order))
+		k := RoundCount(c.Alpha, len(c.pos))
 		if k == 0 {
 			continue
 		}
-		sort.Slice(c.order, func(x, y int) bool {
-			ax, ay := a[c.order[x]], a[c.order[y]]
-			return ax > ay || (ax == ay && c.order[x] < c.order[y])
-		})
-		for _, j := range c.order[:k] {
-			counts[j]++
+		th := kthLargest(c.pos, k)
+		ties := k
+		for _, v := range a {
+			if v > th {
+				ties--
+			}
+		}
+		for j, v := range a {
+			if v > th {
+				counts[j]++
+			} else if v == th && ties > 0 {
+				counts[j]++
+				ties--
+			}
 		}
 	}
+}
+
+// kthLargest returns the k-th largest value of s (1 ≤ k ≤ len(s); no NaNs),
+// reordering s: quickselect with a median-of-three pivot.
+func kthLargest(s []float32, k int) float32 {
+	lo, hi, target := 0, len(s)-1, k-1 // target: index in descending order
+	for lo < hi {
+		a, b, c := s[lo], s[lo+(hi-lo)/2], s[hi]
+		p := max(min(a, b), min(max(a, b), c)) // median of three
+		i, j := lo, hi
+		for i <= j {
+			for s[i] > p {
+				i++
+			}
+			for s[j] < p {
+				j--
+			}
+			if i <= j {
+				s[i], s[j] = s[j], s[i]
+				i++
+				j--
+			}
+		}
+		// s[lo..j] ≥ p, s[j+1..i-1] = p, s[i..hi] ≤ p.
+		switch {
+		case target <= j:
+			hi = j
+		case target >= i:
+			lo = i
+		default:
+			return p
+		}
+	}
+	return s[target]
 }
 
 // ActiveSet returns, for one sliced layer, the rows decode computes:

@@ -42,13 +42,13 @@ const minChunk = 8
 
 // spinChecks is how many times an idle worker polls for a new call before it
 // parks, and a caller polls for the workers to finish before it sleeps. Each
-// poll is paced by cpuPause (about 30 ns on Zen 3): about 120 µs of spinning,
-// longer than most gaps between a forward pass's kernel calls. Longer spins
-// made prefill no faster measurably (±15% noise on this VM) and test binaries
-// sharing the CPUs several times slower; without the pause, 2-thread prefill
-// on a 2-vCPU VM ran 8–30% slower (a spinning vCPU competes with the working
-// one).
-const spinChecks = 1 << 12
+// poll is paced by cpuPause (about 30 ns on Zen 3): about 0.5 ms of spinning,
+// longer than the serial gaps between prefill's kernel calls (norms, RoPE and
+// the activation counter over all tokens); waking a parked worker costs tens
+// of µs on a VM. The price: test binaries sharing the CPUs run several times
+// slower. Without the pause, 2-thread prefill on a 2-vCPU VM ran 8–30% slower
+// (a spinning vCPU competes with the working one).
+const spinChecks = 1 << 14
 
 // NewPool starts a pool of n workers (n ≤ 0: runtime.NumCPU()). The calling
 // goroutine works too, so n-1 goroutines are started.
