@@ -228,16 +228,34 @@ func (x x86) dot1(g *gen, d dtype) {
 	g.i("MOVQ w+0(FP), R8")
 	g.i("MOVQ x+8(FP), SI")
 	g.i("MOVQ n+16(FP), CX")
+	g.i("MOVQ CX, DX")
+	g.i("ANDQ $-%d, DX", 4*x.vw)
+	x.dotRow(g, d, false)
+	g.i("VZEROUPPER")
+	g.i("MOVSS X0, ret+24(FP)")
+	g.i("RET")
+	g.p("")
+}
+
+// dotRow emits the dot product of the row at R8 with x at SI over CX
+// elements (DX = CX rounded down to 4·vw), leaving it in X0: four·vw elements
+// a step into four accumulators (the FMA latency, not the loads, bounds a
+// single row), then at most one 2·vw step. With prefetch, the lines at the
+// same offset from R11 are prefetched as it goes. Labels loop, tail, sum.
+func (x x86) dotRow(g *gen, d dtype, prefetch bool) {
+	pre := func(bytes int) {
+		for off := 0; prefetch && off < bytes; off += 64 {
+			g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+		}
+	}
 	for i := 0; i < 4; i++ {
 		x.zero(g, i)
 	}
 	g.i("XORQ AX, AX")
-	// Main loop: 4·vw elements into four accumulators (the FMA latency, not
-	// the loads, bounds a single row); then at most one 2·vw step.
-	g.i("MOVQ CX, DX")
-	g.i("ANDQ $-%d, DX", 4*x.vw)
+	g.i("TESTQ DX, DX")
 	g.i("JEQ tail")
 	g.p("loop:")
+	pre(4 * x.vw * d.size)
 	for k := 0; k < 4; k++ {
 		x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", k*x.vw*d.size, d.size), x.v(4+k))
 	}
@@ -249,12 +267,13 @@ func (x x86) dot1(g *gen, d dtype) {
 	g.i("JB loop")
 	g.p("tail:")
 	g.i("CMPQ AX, CX")
-	g.i("JAE done")
+	g.i("JAE sum")
+	pre(2 * x.vw * d.size)
 	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(4))
 	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(5))
 	g.i("VFMADD231PS (SI)(AX*4), %s, %s", x.v(4), x.v(0))
 	g.i("VFMADD231PS %d(SI)(AX*4), %s, %s", 4*x.vw, x.v(5), x.v(1))
-	g.p("done:")
+	g.p("sum:")
 	g.i("VADDPS %s, %s, %s", x.v(3), x.v(2), x.v(2))
 	g.i("VADDPS %s, %s, %s", x.v(1), x.v(0), x.v(0))
 	g.i("VADDPS %s, %s, %s", x.v(2), x.v(0), x.v(0))
@@ -263,10 +282,6 @@ func (x x86) dot1(g *gen, d dtype) {
 	g.i("VADDPS X1, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
-	g.i("VZEROUPPER")
-	g.i("MOVSS X0, ret+24(FP)")
-	g.i("RET")
-	g.p("")
 }
 
 // dotRows: dst[j] = Σ_{e<n} w_r[e]·x[e] for j < m, where row r = idx[j]
@@ -290,44 +305,7 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
 	x86RowStart(g)
-	for i := 0; i < 4; i++ {
-		x.zero(g, i)
-	}
-	g.i("XORQ AX, AX")
-	g.i("TESTQ DX, DX")
-	g.i("JEQ tail")
-	g.p("loop:")
-	for off := 0; off < 4*x.vw*d.size; off += 64 {
-		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
-	}
-	for k := 0; k < 4; k++ {
-		x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", k*x.vw*d.size, d.size), x.v(4+k))
-	}
-	for k := 0; k < 4; k++ {
-		g.i("VFMADD231PS %d(SI)(AX*4), %s, %s", k*4*x.vw, x.v(4+k), x.v(k))
-	}
-	g.i("ADDQ $%d, AX", 4*x.vw)
-	g.i("CMPQ AX, DX")
-	g.i("JB loop")
-	g.p("tail:")
-	g.i("CMPQ AX, CX")
-	g.i("JAE sum")
-	for off := 0; off < 2*x.vw*d.size; off += 64 {
-		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
-	}
-	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(4))
-	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(5))
-	g.i("VFMADD231PS (SI)(AX*4), %s, %s", x.v(4), x.v(0))
-	g.i("VFMADD231PS %d(SI)(AX*4), %s, %s", 4*x.vw, x.v(5), x.v(1))
-	g.p("sum:")
-	g.i("VADDPS %s, %s, %s", x.v(3), x.v(2), x.v(2))
-	g.i("VADDPS %s, %s, %s", x.v(1), x.v(0), x.v(0))
-	g.i("VADDPS %s, %s, %s", x.v(2), x.v(0), x.v(0))
-	x.toY(g, 0, 1)
-	g.i("VEXTRACTF128 $1, Y0, X1")
-	g.i("VADDPS X1, X0, X0")
-	g.i("VHADDPS X0, X0, X0")
-	g.i("VHADDPS X0, X0, X0")
+	x.dotRow(g, d, true)
 	g.i("VMOVSS X0, (DI)")
 	g.i("ADDQ $4, DI")
 	x86RowNext(g)
