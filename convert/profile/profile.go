@@ -151,8 +151,17 @@ func Run(m *runtime.Model, prompts [][]int, opt Options) (*Result, error) {
 			pool := kernels.NewPool(threads)
 			defer pool.Close()
 			s := m.NewSession(pool, ctx)
-			for i := range next {
+			for {
+				// Take an accumulator before a prompt: prompts are handed
+				// out in order, so the prompt the collector waits for always
+				// has one (taking it after could deadlock when every
+				// accumulator sits in a later, finished slot).
 				acc := <-free
+				i, ok := <-next
+				if !ok {
+					free <- acc
+					return
+				}
 				acc.clear()
 				d := &slots[i]
 				d.acc = acc
