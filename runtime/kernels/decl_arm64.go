@@ -95,3 +95,9 @@ func gemmTF32NEON(w unsafe.Pointer, wstride int, a *float32, astride int, dst *f
 
 //go:noescape
 func readSumNEON(p unsafe.Pointer, n int) uint64
+
+//go:noescape
+func swigluNEON(gate, up *float32, n int)
+
+//go:noescape
+func expSumNEON(x *float32, n int, m float32) float32

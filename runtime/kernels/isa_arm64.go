@@ -18,8 +18,8 @@ var neonSet = &kernelSet{
 	cvt:      [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32NEON, cvtF16NEON, cvtBF16NEON},
 	gemmT:    gemmTF32NEON,
 	readSum:  readSumNEON,
-	swiglu:   swigluGo,
-	expSum:   expSumGo,
+	swiglu:   swigluNEON,
+	expSum:   expSumNEON,
 }
 
 // archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.

@@ -815,6 +815,33 @@ func faddpV(d, n, m int) string { // FADDP Vd.4S, Vn.4S, Vm.4S
 func faddpS(d, n int) string { // FADDP Sd, Vn.2S
 	return fmt.Sprintf("WORD $0x%08x // FADDP S%d, V%d.2S", 0x7E30D800|n<<5|d, d, n)
 }
+func fmulV(d, n, m int) string { // FMUL Vd.4S, Vn.4S, Vm.4S
+	return fmt.Sprintf("WORD $0x%08x // FMUL V%d.4S, V%d.4S, V%d.4S", 0x6E20DC00|m<<16|n<<5|d, d, n, m)
+}
+func fsubV(d, n, m int) string { // FSUB Vd.4S, Vn.4S, Vm.4S
+	return fmt.Sprintf("WORD $0x%08x // FSUB V%d.4S, V%d.4S, V%d.4S", 0x4EA0D400|m<<16|n<<5|d, d, n, m)
+}
+func fdivV(d, n, m int) string { // FDIV Vd.4S, Vn.4S, Vm.4S
+	return fmt.Sprintf("WORD $0x%08x // FDIV V%d.4S, V%d.4S, V%d.4S", 0x6E20FC00|m<<16|n<<5|d, d, n, m)
+}
+func fmaxV(d, n, m int) string { // FMAX Vd.4S, Vn.4S, Vm.4S
+	return fmt.Sprintf("WORD $0x%08x // FMAX V%d.4S, V%d.4S, V%d.4S", 0x4E20F400|m<<16|n<<5|d, d, n, m)
+}
+func fminV(d, n, m int) string { // FMIN Vd.4S, Vn.4S, Vm.4S
+	return fmt.Sprintf("WORD $0x%08x // FMIN V%d.4S, V%d.4S, V%d.4S", 0x4EA0F400|m<<16|n<<5|d, d, n, m)
+}
+func fnegV(d, n int) string { // FNEG Vd.4S, Vn.4S
+	return fmt.Sprintf("WORD $0x%08x // FNEG V%d.4S, V%d.4S", 0x6EA0F800|n<<5|d, d, n)
+}
+func frintnV(d, n int) string { // FRINTN Vd.4S, Vn.4S (to nearest, ties even)
+	return fmt.Sprintf("WORD $0x%08x // FRINTN V%d.4S, V%d.4S", 0x4E218800|n<<5|d, d, n)
+}
+func fcvtzsV(d, n int) string { // FCVTZS Vd.4S, Vn.4S
+	return fmt.Sprintf("WORD $0x%08x // FCVTZS V%d.4S, V%d.4S", 0x4EA1B800|n<<5|d, d, n)
+}
+func shl23V(d, n int) string { // SHL Vd.4S, Vn.4S, #23
+	return fmt.Sprintf("WORD $0x%08x // SHL V%d.4S, V%d.4S, #23", 0x4F005400|(32+23)<<16|n<<5|d, d, n)
+}
 func fcvtl(d, n int) string { // FCVTL Vd.4S, Vn.4H
 	return fmt.Sprintf("WORD $0x%08x // FCVTL V%d.4S, V%d.4H", 0x0E217800|n<<5|d, d, n)
 }
@@ -899,6 +926,85 @@ func arm64(g *gen) {
 	}
 	neonGemmT(g, tt, tc)
 	neonReadSum(g)
+	neonSwiGLU(g)
+	neonExpSum(g)
+}
+
+// neonExpConsts loads expConsts into V16..V28 (uses R3).
+func neonExpConsts(g *gen) {
+	for i, c := range expConsts {
+		g.i("MOVW $0x%08x, R3", c)
+		g.i("VDUP R3, V%d.S4", 16+i)
+	}
+}
+
+// neonExp sets V0 to e^V0 (4 lanes), as expAVX2 (constants in V16..V28;
+// scratch V1..V4).
+func neonExp(g *gen) {
+	g.i(fminV(0, 0, 20))
+	g.i(fmaxV(0, 0, 21))
+	g.i(fmulV(1, 0, 16))
+	g.i(frintnV(1, 1)) // k = round(x·log2 e)
+	g.i("VFMLS V1.S4, V17.S4, V0.S4")
+	g.i("VFMLS V1.S4, V18.S4, V0.S4") // r = x − k·ln2
+	g.i("VMOV V22.B16, V2.B16")
+	for j := 23; j <= 27; j++ { // p = p·r + c_j
+		g.i("VMOV V%d.B16, V3.B16", j)
+		g.i("VFMLA V2.S4, V0.S4, V3.S4")
+		g.i("VMOV V3.B16, V2.B16")
+	}
+	g.i(fmulV(3, 0, 0))
+	g.i("VMOV V0.B16, V4.B16")
+	g.i("VFMLA V2.S4, V3.S4, V4.S4") // p·r² + r
+	g.i(faddV(4, 4, 19))             // e^r
+	g.i(fcvtzsV(1, 1))
+	g.i("VADD V28.S4, V1.S4, V1.S4")
+	g.i(shl23V(1, 1)) // 2^k
+	g.i(fmulV(0, 4, 1))
+}
+
+// neonSwiGLU is swigluAVX2 for NEON.
+func neonSwiGLU(g *gen) {
+	neonText(g, "swigluNEON", 24, "(gate, up *float32, n int)")
+	g.i("MOVD gate+0(FP), R0")
+	g.i("MOVD up+8(FP), R1")
+	g.i("MOVD n+16(FP), R2")
+	neonExpConsts(g)
+	neonLoopHead(g, "R2")
+	g.i("VLD1 (R0), [V5.S4]")
+	g.i("VLD1.P 16(R1), [V6.S4]")
+	g.i(fnegV(0, 5))
+	neonExp(g)
+	g.i(faddV(0, 0, 19)) // 1 + e^−g
+	g.i(fdivV(5, 5, 0))
+	g.i(fmulV(5, 5, 6))
+	g.i("VST1.P [V5.S4], 16(R0)")
+	neonLoopTail(g, "R2", 4)
+	g.i("RET")
+	g.p("")
+}
+
+// neonExpSum is expSumAVX2 for NEON.
+func neonExpSum(g *gen) {
+	neonText(g, "expSumNEON", 28, "(x *float32, n int, m float32) float32")
+	g.i("MOVD x+0(FP), R0")
+	g.i("MOVD n+8(FP), R2")
+	g.i("FMOVS m+16(FP), F29")
+	g.i("VDUP V29.S[0], V29.S4")
+	zero(g, 30)
+	neonExpConsts(g)
+	neonLoopHead(g, "R2")
+	g.i("VLD1 (R0), [V5.S4]")
+	g.i(fsubV(0, 5, 29))
+	neonExp(g)
+	g.i(faddV(30, 30, 0))
+	g.i("VST1.P [V0.S4], 16(R0)")
+	neonLoopTail(g, "R2", 4)
+	g.i(faddpV(30, 30, 30))
+	g.i(faddpS(30, 30))
+	g.i("FMOVS F30, ret+24(FP)")
+	g.i("RET")
+	g.p("")
 }
 
 func neonText(g *gen, name string, args int, goSig string) {
