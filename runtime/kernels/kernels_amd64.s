@@ -3540,8 +3540,10 @@ loop:
 	VMOVUPS 0(DI)(AX*4), Y0
 	VXORPS Y1, Y1, Y1
 	VSUBPS Y0, Y1, Y1
-	VMINPS expConst<>+128(SB), Y1, Y1
-	VMAXPS expConst<>+160(SB), Y1, Y1
+	VMOVUPS expConst<>+128(SB), Y2
+	VMINPS Y1, Y2, Y1
+	VMOVUPS expConst<>+160(SB), Y2
+	VMAXPS Y1, Y2, Y1
 	VMULPS expConst<>+0(SB), Y1, Y2
 	VROUNDPS $0, Y2, Y2
 	VFNMADD231PS expConst<>+32(SB), Y2, Y1
@@ -3566,8 +3568,10 @@ loop:
 	VMOVUPS 32(DI)(AX*4), Y5
 	VXORPS Y6, Y6, Y6
 	VSUBPS Y5, Y6, Y6
-	VMINPS expConst<>+128(SB), Y6, Y6
-	VMAXPS expConst<>+160(SB), Y6, Y6
+	VMOVUPS expConst<>+128(SB), Y7
+	VMINPS Y6, Y7, Y6
+	VMOVUPS expConst<>+160(SB), Y7
+	VMAXPS Y6, Y7, Y6
 	VMULPS expConst<>+0(SB), Y6, Y7
 	VROUNDPS $0, Y7, Y7
 	VFNMADD231PS expConst<>+32(SB), Y7, Y6
@@ -3608,8 +3612,10 @@ TEXT ·expSumAVX2(SB), NOSPLIT, $0-28
 loop:
 	VMOVUPS 0(DI)(AX*4), Y0
 	VSUBPS Y12, Y0, Y0
-	VMINPS expConst<>+128(SB), Y0, Y0
-	VMAXPS expConst<>+160(SB), Y0, Y0
+	VMOVUPS expConst<>+128(SB), Y1
+	VMINPS Y0, Y1, Y0
+	VMOVUPS expConst<>+160(SB), Y1
+	VMAXPS Y0, Y1, Y0
 	VMULPS expConst<>+0(SB), Y0, Y1
 	VROUNDPS $0, Y1, Y1
 	VFNMADD231PS expConst<>+32(SB), Y1, Y0
@@ -3631,8 +3637,10 @@ loop:
 	VADDPS Y0, Y10, Y10
 	VMOVUPS 32(DI)(AX*4), Y5
 	VSUBPS Y12, Y5, Y5
-	VMINPS expConst<>+128(SB), Y5, Y5
-	VMAXPS expConst<>+160(SB), Y5, Y5
+	VMOVUPS expConst<>+128(SB), Y6
+	VMINPS Y5, Y6, Y5
+	VMOVUPS expConst<>+160(SB), Y6
+	VMAXPS Y5, Y6, Y5
 	VMULPS expConst<>+0(SB), Y5, Y6
 	VROUNDPS $0, Y6, Y6
 	VFNMADD231PS expConst<>+32(SB), Y6, Y5

@@ -6,7 +6,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -79,7 +81,7 @@ func (m testMat) refDot(r int, x []float32) (sum, abs float64) {
 // checkClose reports whether got is within tol·scale of want.
 func checkClose(t *testing.T, got float32, want, scale, tol float64, what string, args ...any) {
 	t.Helper()
-	if math.Abs(float64(got)-want) > tol*scale+1e-30 {
+	if !(math.Abs(float64(got)-want) <= tol*scale+1e-30) { // NaN fails too
 		t.Fatalf("%s: got %v, want %v (scale %v, tol %v)", fmt.Sprintf(what, args...), got, want, scale, tol)
 	}
 }
@@ -302,6 +304,17 @@ func TestRawKernels(t *testing.T) {
 				checkClose(t, x[i], w, w, 1e-6, "expSum x[%d]", i)
 			}
 			checkClose(t, sum, wantSum, wantSum, 1e-6, "expSum sum")
+		}
+		// NaN stays NaN through exp; dotRows over n = 0 sets zeros.
+		{
+			x := make([]float32, 16)
+			x[3] = float32(math.NaN())
+			sum := ks.expSum(&x[0], 16, 0)
+			require.True(t, math.IsNaN(float64(x[3])) && math.IsNaN(float64(sum)), "expSum(NaN) = %v, sum %v", x[3], sum)
+			dst := []float32{42, 42, 42}
+			w := make([]float32, 3)
+			ks.dotRows[0](unsafe.Pointer(&w[0]), 4, nil, &x[0], 0, 3, &dst[0], 0)
+			require.Equal(t, []float32{0, 0, 0}, dst, "dotRows over n = 0")
 		}
 		// readSum over 128-byte multiples.
 		buf := make([]uint64, 16*33)
@@ -577,6 +590,43 @@ func TestNoAllocs(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestPoolLateWake delays the last worker of one call between its count-down
+// and its wake-up until the next call's caller sleeps: that wake-up must not
+// end the next call before its worker has run. The matrix is large enough
+// (16 MiB) that the worker's half takes longer than waking the caller.
+func TestPoolLateWake(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	var fired atomic.Bool
+	p.testLastDone = func() {
+		if !p.waiting.Load() && fired.CompareAndSwap(false, true) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	m := randMat(rng, format.F32, 4096, 1024, 0)
+	x := randVec(rng, 1024)
+	dst := make([]float32, 4096)
+	// Until the delay has run once (it needs a call whose caller did not
+	// sleep), and two calls after it.
+	after := 0
+	for call := 0; call < 200 && after < 2; call++ {
+		if fired.Load() {
+			after++
+		}
+		for i := range dst {
+			dst[i] = float32(math.NaN())
+		}
+		MatVec(p, dst, m.Mat, x)
+		require.Zero(t, p.pending.Load(), "call %d returned before its worker finished", call)
+		for r := range dst {
+			want, scale := m.refDot(r, x)
+			checkClose(t, dst[r], want, scale, 1e-5, "call %d row %d", call, r)
+		}
+	}
+	require.True(t, fired.Load(), "the delay never ran: the test did not test the late wake-up")
 }
 
 func TestPoolConcurrentPools(t *testing.T) {

@@ -25,7 +25,10 @@ type Pool struct {
 	wake    []chan struct{} // one-slot wake-up channels
 	waiting atomic.Bool     // the caller is (about to be) asleep on done
 	done    chan struct{}   // one slot: the last worker of a call wakes the caller
-	scratch []*scratch      // one per worker; [0] is the calling goroutine's
+	// testLastDone, when set (tests only, before the first call), runs in the
+	// last worker of a call between its count-down and its wake-up.
+	testLastDone func()
+	scratch      []*scratch // one per worker; [0] is the calling goroutine's
 }
 
 type span struct{ lo, hi int }
@@ -98,8 +101,13 @@ func (p *Pool) worker(i int) {
 		if sp.lo < sp.hi {
 			p.cur.do(sp.lo, sp.hi, s)
 		}
-		if p.pending.Add(-1) == 0 && p.waiting.CompareAndSwap(true, false) {
-			p.done <- struct{}{}
+		if p.pending.Add(-1) == 0 {
+			if p.testLastDone != nil {
+				p.testLastDone()
+			}
+			if p.waiting.CompareAndSwap(true, false) {
+				p.done <- struct{}{}
+			}
 		}
 	}
 }
@@ -156,13 +164,15 @@ func (p *Pool) run(j job, n int) (parts int) {
 		}
 		// Sleep: announce it, look once more, then wait for the last worker
 		// (which wakes a caller it finds waiting). Spinning on instead would
-		// keep a CPU from a worker when the CPUs are oversubscribed.
+		// keep a CPU from a worker when the CPUs are oversubscribed. A
+		// wake-up may be a late one from the previous call's last worker
+		// (counted down, then delayed before it looked at waiting), so the
+		// loop checks pending again.
 		p.waiting.Store(true)
 		if p.pending.Load() == 0 && p.waiting.CompareAndSwap(true, false) {
 			break
 		}
 		<-p.done
-		break
 	}
 	return used
 }

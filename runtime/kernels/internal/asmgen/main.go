@@ -702,10 +702,14 @@ func expConst(i int) string { return fmt.Sprintf("expConst<>+%d(SB)", 32*i) }
 // expAVX2 sets Y<x> to e^Y<x> (8 lanes), using Y<k>, Y<p>, Y<t> as scratch.
 // It is Cephes' expf: x clamped to ±88.376, x = k·ln2 + r with |r| ≤ ln2/2
 // (ln2 in two parts), e^r by a degree-7 polynomial, 2^k by the exponent bits
-// (relative error about 2e-7; e^x = 0 below the clamp, +Inf above it).
+// (relative error about 2e-7; e^x = 0 below the clamp, +Inf above it; NaN
+// stays NaN).
 func expAVX2(g *gen, x, k, p, t int) {
-	g.i("VMINPS %s, Y%d, Y%d", expConst(4), x, x)
-	g.i("VMAXPS %s, Y%d, Y%d", expConst(5), x, x)
+	// Clamp with x as the second source, whose NaN VMINPS/VMAXPS return.
+	g.i("VMOVUPS %s, Y%d", expConst(4), k)
+	g.i("VMINPS Y%d, Y%d, Y%d", x, k, x)
+	g.i("VMOVUPS %s, Y%d", expConst(5), k)
+	g.i("VMAXPS Y%d, Y%d, Y%d", x, k, x)
 	g.i("VMULPS %s, Y%d, Y%d", expConst(0), x, k)
 	g.i("VROUNDPS $0, Y%d, Y%d", k, k) // k = round(x·log2 e)
 	g.i("VFNMADD231PS %s, Y%d, Y%d", expConst(1), k, x)
@@ -1103,11 +1107,11 @@ func neonDotRows(g *gen, d dtype) {
 	g.i("MOVD pf+56(FP), R8")
 	zero(g, zeroV)
 	g.i("CBZ R6, done")
-	g.i("CBZ R3, done")
 	neonRowStart(g)
 	g.i("MOVD R2, R4")
 	g.i("MOVD R3, R5")
 	zero(g, 16, 17, 18, 19)
+	g.i("CBZ R5, sum") // n = 0: the row's sum is 0
 	g.p("loop:")
 	for off := 0; off < 16*d.size; off += 64 {
 		g.i("PRFM %d(R10), PLDL1KEEP", off)
@@ -1120,6 +1124,7 @@ func neonDotRows(g *gen, d dtype) {
 	}
 	g.i("SUBS $16, R5, R5")
 	g.i("BNE loop")
+	g.p("sum:")
 	g.i(faddV(16, 16, 17))
 	g.i(faddV(18, 18, 19))
 	g.i(faddV(16, 16, 18))
