@@ -738,19 +738,31 @@ func expTables(g *gen) {
 	g.p("")
 }
 
+// loop16AVX2 emits a loop over AX = 0, 16, … < CX, two 8-lane halves per
+// step: body(h) for h = 0, 1. Label done follows it.
+func loop16AVX2(g *gen, body func(h int)) {
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	for h := 0; h < 2; h++ {
+		body(h)
+	}
+	g.i("ADDQ $16, AX")
+	g.i("CMPQ AX, CX")
+	g.i("JB loop")
+	g.p("done:")
+}
+
 // swigluAVX2: g[i] = g[i]/(1+e^(−g[i]))·u[i] for i < n; n a multiple of 16.
+// Registers 0-4 hold one half, 5-9 the other.
 func swigluAVX2(g *gen) {
 	x := x86{name: "AVX2", vw: 8, r: "Y"}
 	x.text(g, "swigluAVX2", 24, "(gate, up *float32, n int)")
 	g.i("MOVQ gate+0(FP), DI")
 	g.i("MOVQ up+8(FP), SI")
 	g.i("MOVQ n+16(FP), CX")
-	g.i("XORQ AX, AX")
-	g.i("TESTQ CX, CX")
-	g.i("JEQ done")
-	g.p("loop:")
-	// Two vectors per iteration: registers 0-4 and 5-9.
-	for h := 0; h < 2; h++ {
+	loop16AVX2(g, func(h int) {
 		gr, xr := 5*h, 5*h+1
 		g.i("VMOVUPS %d(DI)(AX*4), Y%d", 32*h, gr)
 		g.i("VXORPS Y%d, Y%d, Y%d", xr, xr, xr)
@@ -760,11 +772,7 @@ func swigluAVX2(g *gen) {
 		g.i("VDIVPS Y%d, Y%d, Y%d", xr, gr, gr)
 		g.i("VMULPS %d(SI)(AX*4), Y%d, Y%d", 32*h, gr, gr)
 		g.i("VMOVUPS Y%d, %d(DI)(AX*4)", gr, 32*h)
-	}
-	g.i("ADDQ $16, AX")
-	g.i("CMPQ AX, CX")
-	g.i("JB loop")
-	g.p("done:")
+	})
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
@@ -780,22 +788,14 @@ func expSumAVX2(g *gen) {
 	g.i("VBROADCASTSS m+16(FP), Y12")
 	g.i("VXORPS Y10, Y10, Y10")
 	g.i("VXORPS Y11, Y11, Y11")
-	g.i("XORQ AX, AX")
-	g.i("TESTQ CX, CX")
-	g.i("JEQ done")
-	g.p("loop:")
-	for h := 0; h < 2; h++ {
+	loop16AVX2(g, func(h int) {
 		xr := 5 * h
 		g.i("VMOVUPS %d(DI)(AX*4), Y%d", 32*h, xr)
 		g.i("VSUBPS Y12, Y%d, Y%d", xr, xr)
 		expAVX2(g, xr, xr+1, xr+2, xr+3)
 		g.i("VMOVUPS Y%d, %d(DI)(AX*4)", xr, 32*h)
 		g.i("VADDPS Y%d, Y%d, Y%d", xr, 10+h, 10+h)
-	}
-	g.i("ADDQ $16, AX")
-	g.i("CMPQ AX, CX")
-	g.i("JB loop")
-	g.p("done:")
+	})
 	g.i("VADDPS Y11, Y10, Y0")
 	g.i("VEXTRACTF128 $1, Y0, X1")
 	g.i("VADDPS X1, X0, X0")
