@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -78,16 +77,8 @@ func (d *decoderSpec) add(raw json.RawMessage, field string) error {
 	}
 	switch c.Type {
 	case "Sequence":
-		var seq struct {
-			Decoders []json.RawMessage `json:"decoders"`
-		}
-		if err := json.Unmarshal(raw, &seq); err != nil {
-			return errf(field, "%v", err)
-		}
-		for i, r := range seq.Decoders {
-			if err := d.add(r, fmt.Sprintf("%s.decoders[%d]", field, i)); err != nil {
-				return err
-			}
+		if err := eachInSequence(raw, field, "decoders", d.add); err != nil {
+			return err
 		}
 	case "ByteLevel":
 		d.steps = append(d.steps, decodeStep{kind: stepByteLevel})

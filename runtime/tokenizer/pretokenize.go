@@ -46,6 +46,28 @@ type pattern struct {
 }
 
 // isNull reports whether a raw JSON value is absent or null.
+// eachInSequence calls f on each element of the list under key of a
+// "Sequence" component (normalizers, pretokenizers, decoders, processors),
+// with the element's field path; it stops at the first error.
+func eachInSequence(raw json.RawMessage, field, key string, f func(json.RawMessage, string) error) error {
+	var seq map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &seq); err != nil {
+		return errf(field, "%v", err)
+	}
+	var items []json.RawMessage
+	if r, ok := seq[key]; ok && !isNull(r) {
+		if err := json.Unmarshal(r, &items); err != nil {
+			return errf(field+"."+key, "%v", err)
+		}
+	}
+	for i, r := range items {
+		if err := f(r, fmt.Sprintf("%s.%s[%d]", field, key, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func isNull(raw json.RawMessage) bool {
 	s := bytes.TrimSpace(raw)
 	return len(s) == 0 || string(s) == "null"
@@ -139,21 +161,16 @@ func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
 	}
 	switch c.Type {
 	case "Sequence":
-		var seq struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(raw, &seq); err != nil {
-			return nil, errf(field, "%v", err)
-		}
 		var steps []normalizer
-		for i, r := range seq.Normalizers {
-			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", field, i))
-			if err != nil {
-				return nil, err
-			}
+		err := eachInSequence(raw, field, "normalizers", func(r json.RawMessage, f string) error {
+			n, err := parseNormalizer(r, f)
 			if n != nil {
 				steps = append(steps, n)
 			}
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 		return func(s string) string {
 			for _, n := range steps {
@@ -383,21 +400,16 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 	}
 	switch c.Type {
 	case "Sequence":
-		var seq struct {
-			PreTokenizers []json.RawMessage `json:"pretokenizers"`
-		}
-		if err := json.Unmarshal(raw, &seq); err != nil {
-			return nil, errf(field, "%v", err)
-		}
 		var steps []preTokenizer
-		for i, r := range seq.PreTokenizers {
-			p, err := parsePreTokenizer(r, fmt.Sprintf("%s.pretokenizers[%d]", field, i))
-			if err != nil {
-				return nil, err
-			}
+		err := eachInSequence(raw, field, "pretokenizers", func(r json.RawMessage, f string) error {
+			p, err := parsePreTokenizer(r, f)
 			if p != nil {
 				steps = append(steps, p)
 			}
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 		return func(ps []piece) []piece {
 			for _, p := range steps {

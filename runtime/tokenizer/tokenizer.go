@@ -300,18 +300,7 @@ func (t *Tokenizer) readPostProcessor(raw json.RawMessage, field string) error {
 	case "ByteLevel":
 		return nil // only adjusts offsets
 	case "Sequence":
-		var seq struct {
-			Processors []json.RawMessage `json:"processors"`
-		}
-		if err := json.Unmarshal(raw, &seq); err != nil {
-			return errf(field, "%v", err)
-		}
-		for i, r := range seq.Processors {
-			if err := t.readPostProcessor(r, fmt.Sprintf("%s.processors[%d]", field, i)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return eachInSequence(raw, field, "processors", t.readPostProcessor)
 	case "TemplateProcessing":
 		var p struct {
 			Single []struct {
