@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 	"unsafe"
 
 	"github.com/selectinfer/sinf/format"
@@ -128,19 +127,7 @@ func (r *refBackend) embed(dst Ptr, w weight, ids Ptr, id0, T int) {
 func (r *refBackend) rmsnorm(dst, x, w Ptr, T, H int, eps float64) {
 	d, xs, ws := r.f32(dst, T*H), r.f32(x, T*H), r.f32(w, H)
 	for t := 0; t < T; t++ {
-		refRMSNorm(d[t*H:(t+1)*H], xs[t*H:(t+1)*H], ws, eps)
-	}
-}
-
-// refRMSNorm is runtime's rmsnorm.
-func refRMSNorm(dst, x, w []float32, eps float64) {
-	var ss float32
-	for _, v := range x {
-		ss += v * v
-	}
-	r := float32(1 / math.Sqrt(float64(ss)/float64(len(x))+eps))
-	for j, v := range x {
-		dst[j] = w[j] * (v * r)
+		runtime.RMSNorm(d[t*H:(t+1)*H], xs[t*H:(t+1)*H], ws, eps)
 	}
 }
 

@@ -152,7 +152,7 @@ func (s *Session) Forward(tokens []int, all bool) ([]float32, error) {
 	n := T - first
 	xb := b.xb[:n*H]
 	for t := 0; t < n; t++ {
-		rmsnorm(xb[t*H:(t+1)*H], x[(first+t)*H:(first+t+1)*H], s.m.Norm, c.RMSNormEps)
+		RMSNorm(xb[t*H:(t+1)*H], x[(first+t)*H:(first+t+1)*H], s.m.Norm, c.RMSNormEps)
 	}
 	if need := n * c.Vocab; len(b.logits) < need {
 		b.logits = make([]float32, need)
@@ -178,7 +178,7 @@ func (s *Session) attention(i, T int) {
 	qd, kvd := c.Heads*hd, c.KVHeads*hd
 	x, xb := b.x[:T*H], b.xb[:T*H]
 	for t := 0; t < T; t++ {
-		rmsnorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], l.AttnNorm, c.RMSNormEps)
+		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], l.AttnNorm, c.RMSNormEps)
 	}
 	q, k, v := b.q[:T*qd], b.k[:T*kvd], b.v[:T*kvd]
 	s.project(q, l.Q, xb, T, l.QBias)
@@ -237,7 +237,7 @@ func (s *Session) ffn(i, T int) {
 	H := c.Hidden
 	x, xb, y := b.x[:T*H], b.xb[:T*H], b.xb2[:T*H]
 	for t := 0; t < T; t++ {
-		rmsnorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], s.m.Layers[i].MLPNorm, c.RMSNormEps)
+		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], s.m.Layers[i].MLPNorm, c.RMSNormEps)
 	}
 	active := s.active[i]
 	if active != nil && T == 1 && !s.MaskedReference {
@@ -307,8 +307,10 @@ func (s *Session) maskFor(f *MLP, active []int32) []bool {
 	return mask
 }
 
-// rmsnorm writes x·w/√(mean(x²)+eps) to dst (HF LlamaRMSNorm).
-func rmsnorm(dst, x, w []float32, eps float64) {
+// RMSNorm writes x·w/√(mean(x²)+eps) to dst (HF LlamaRMSNorm): dst, x, w
+// [hidden] float32, eps the config's rms_norm_eps; the sum of squares is
+// float32, the scale float64.
+func RMSNorm(dst, x, w []float32, eps float64) {
 	var ss float32
 	for _, v := range x {
 		ss += v * v
