@@ -14,8 +14,8 @@ const (
 	gblkAVX2 = 8
 	grAVX2   = 3
 	gtAVX2   = 4
-	ttAVX2   = 6
-	tcAVX2   = 16
+	ttAVX2   = 4
+	tcAVX2   = 24
 )
 
 //go:noescape
@@ -43,6 +43,9 @@ func gemmF32AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, 
 func cvtF32AVX2(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
+func cvtPanelsF32AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
 func dot4F16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -67,6 +70,9 @@ func gemmF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, 
 func cvtF16AVX2(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
+func cvtPanelsF16AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
 func dot4BF16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -89,6 +95,9 @@ func gemmBF16AVX2(w unsafe.Pointer, wstride int, x *float32, xstride int, n int,
 
 //go:noescape
 func cvtBF16AVX2(dst *float32, src unsafe.Pointer, n int)
+
+//go:noescape
+func cvtPanelsBF16AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 
 //go:noescape
 func gemmTF32AVX2(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
@@ -128,6 +137,9 @@ func gemmF32AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int
 func cvtF32AVX512(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
+func cvtPanelsF32AVX512(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
 func dot4F16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -152,6 +164,9 @@ func gemmF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n int
 func cvtF16AVX512(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
+func cvtPanelsF16AVX512(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
 func dot4BF16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -174,6 +189,9 @@ func gemmBF16AVX512(w unsafe.Pointer, wstride int, x *float32, xstride int, n in
 
 //go:noescape
 func cvtBF16AVX512(dst *float32, src unsafe.Pointer, n int)
+
+//go:noescape
+func cvtPanelsBF16AVX512(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 
 //go:noescape
 func gemmTF32AVX512(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)

@@ -43,6 +43,9 @@ func gemmF32NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, 
 func cvtF32NEON(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
+func cvtPanelsF32NEON(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
 func dot4F16NEON(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -67,6 +70,9 @@ func gemmF16NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, 
 func cvtF16NEON(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
+func cvtPanelsF16NEON(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
 func dot4BF16NEON(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -89,6 +95,9 @@ func gemmBF16NEON(w unsafe.Pointer, wstride int, x *float32, xstride int, n int,
 
 //go:noescape
 func cvtBF16NEON(dst *float32, src unsafe.Pointer, n int)
+
+//go:noescape
+func cvtPanelsBF16NEON(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 
 //go:noescape
 func gemmTF32NEON(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)

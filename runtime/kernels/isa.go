@@ -47,6 +47,10 @@ type kernelSet struct {
 	gemm [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int)
 	// cvt decodes n weights at src into dst.
 	cvt [3]func(dst *float32, src unsafe.Pointer, n int)
+	// cvtPanels decodes n weights at src (n a multiple of tc) in runs of tc,
+	// run i to dst + i·pstride bytes: one weight row cut into gemmT's panels.
+	// It prefetches as many bytes at pre into L2 as it reads at src.
+	cvtPanels [3]func(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 	// gemmT adds Σ_{k<kc} A_t[k]·W_k[c] to D_t[c] for t < tt, c < tc, with the
 	// float32 row W_k at w + k·wstride bytes, A_t at a + t·astride bytes and
 	// D_t at dst + t·dstride bytes.
@@ -76,19 +80,20 @@ func dtIndex(d format.DType) int {
 // genericSet is the portable implementation; it is also the tail handler of
 // every other set.
 var genericSet = &kernelSet{
-	name: "generic", blk: 1, gblk: 1, gr: 1, gt: 4, tt: 4, tc: 8,
-	dot4:     [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32Go, dot4F16Go, dot4BF16Go},
-	dot1:     [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32Go, dot1F16Go, dot1BF16Go},
-	dotRows:  [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32Go, dotRowsF16Go, dotRowsBF16Go},
-	axpy4:    [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32Go, axpy4F16Go, axpy4BF16Go},
-	axpy1:    [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32Go, axpy1F16Go, axpy1BF16Go},
-	axpyRows: [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32Go, axpyRowsF16Go, axpyRowsBF16Go},
-	gemm:     [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32Go, gemmF16Go, gemmBF16Go},
-	cvt:      [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32Go, cvtF16Go, cvtBF16Go},
-	gemmT:    gemmTF32Go,
-	readSum:  readSumGo,
-	swiglu:   swigluGo,
-	expSum:   expSumGo,
+	name: "generic", blk: 1, gblk: 1, gr: 1, gt: 4, tt: 4, tc: tcGeneric,
+	dot4:      [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32Go, dot4F16Go, dot4BF16Go},
+	dot1:      [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32Go, dot1F16Go, dot1BF16Go},
+	dotRows:   [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32Go, dotRowsF16Go, dotRowsBF16Go},
+	axpy4:     [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32Go, axpy4F16Go, axpy4BF16Go},
+	axpy1:     [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32Go, axpy1F16Go, axpy1BF16Go},
+	axpyRows:  [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32Go, axpyRowsF16Go, axpyRowsBF16Go},
+	gemm:      [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32Go, gemmF16Go, gemmBF16Go},
+	cvt:       [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32Go, cvtF16Go, cvtBF16Go},
+	cvtPanels: [3]func(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer){cvtPanelsF32Go, cvtPanelsF16Go, cvtPanelsBF16Go},
+	gemmT:     gemmTF32Go,
+	readSum:   readSumGo,
+	swiglu:    swigluGo,
+	expSum:    expSumGo,
 }
 
 // kernelSets lists the sets this CPU can run, the preferred one first and the
@@ -273,6 +278,27 @@ func cvtBF16Go(dst *float32, src unsafe.Pointer, n int) {
 	for i, h := range s {
 		d[i] = bf(h)
 	}
+}
+
+// tcGeneric is the generic set's gemmT tile width.
+const tcGeneric = 8
+
+func cvtPanelsGo(cvt func(*float32, unsafe.Pointer, int), size int, dst *float32, pstride int, src unsafe.Pointer, n int) {
+	for i := 0; i < n; i += tcGeneric {
+		cvt((*float32)(unsafe.Add(unsafe.Pointer(dst), i/tcGeneric*pstride)), unsafe.Add(src, i*size), min(tcGeneric, n-i))
+	}
+}
+
+func cvtPanelsF32Go(dst *float32, pstride int, src unsafe.Pointer, n int, _ unsafe.Pointer) {
+	cvtPanelsGo(cvtF32Go, 4, dst, pstride, src, n)
+}
+
+func cvtPanelsF16Go(dst *float32, pstride int, src unsafe.Pointer, n int, _ unsafe.Pointer) {
+	cvtPanelsGo(cvtF16Go, 2, dst, pstride, src, n)
+}
+
+func cvtPanelsBF16Go(dst *float32, pstride int, src unsafe.Pointer, n int, _ unsafe.Pointer) {
+	cvtPanelsGo(cvtBF16Go, 2, dst, pstride, src, n)
 }
 
 // gemmGo is the portable micro-kernel (gr 1, gt 4): it decodes the row in

@@ -10,34 +10,36 @@ import (
 
 var avx2Set = &kernelSet{
 	name: "avx2", blk: blkAVX2, gblk: gblkAVX2, gr: grAVX2, gt: gtAVX2, tt: ttAVX2, tc: tcAVX2,
-	dot4:     [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32AVX2, dot4F16AVX2, dot4BF16AVX2},
-	dot1:     [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32AVX2, dot1F16AVX2, dot1BF16AVX2},
-	dotRows:  [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32AVX2, dotRowsF16AVX2, dotRowsBF16AVX2},
-	axpy4:    [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32AVX2, axpy4F16AVX2, axpy4BF16AVX2},
-	axpy1:    [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32AVX2, axpy1F16AVX2, axpy1BF16AVX2},
-	axpyRows: [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32AVX2, axpyRowsF16AVX2, axpyRowsBF16AVX2},
-	gemm:     [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32AVX2, gemmF16AVX2, gemmBF16AVX2},
-	cvt:      [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32AVX2, cvtF16AVX2, cvtBF16AVX2},
-	gemmT:    gemmTF32AVX2,
-	readSum:  readSumAVX2,
-	swiglu:   swigluAVX2,
-	expSum:   expSumAVX2,
+	dot4:      [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32AVX2, dot4F16AVX2, dot4BF16AVX2},
+	dot1:      [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32AVX2, dot1F16AVX2, dot1BF16AVX2},
+	dotRows:   [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32AVX2, dotRowsF16AVX2, dotRowsBF16AVX2},
+	axpy4:     [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32AVX2, axpy4F16AVX2, axpy4BF16AVX2},
+	axpy1:     [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32AVX2, axpy1F16AVX2, axpy1BF16AVX2},
+	axpyRows:  [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32AVX2, axpyRowsF16AVX2, axpyRowsBF16AVX2},
+	gemm:      [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32AVX2, gemmF16AVX2, gemmBF16AVX2},
+	cvt:       [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32AVX2, cvtF16AVX2, cvtBF16AVX2},
+	cvtPanels: [3]func(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer){cvtPanelsF32AVX2, cvtPanelsF16AVX2, cvtPanelsBF16AVX2},
+	gemmT:     gemmTF32AVX2,
+	readSum:   readSumAVX2,
+	swiglu:    swigluAVX2,
+	expSum:    expSumAVX2,
 }
 
 var avx512Set = &kernelSet{
 	name: "avx512", blk: blkAVX512, gblk: gblkAVX512, gr: grAVX512, gt: gtAVX512, tt: ttAVX512, tc: tcAVX512,
-	dot4:     [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32AVX512, dot4F16AVX512, dot4BF16AVX512},
-	dot1:     [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32AVX512, dot1F16AVX512, dot1BF16AVX512},
-	dotRows:  [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32AVX512, dotRowsF16AVX512, dotRowsBF16AVX512},
-	axpy4:    [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32AVX512, axpy4F16AVX512, axpy4BF16AVX512},
-	axpy1:    [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32AVX512, axpy1F16AVX512, axpy1BF16AVX512},
-	axpyRows: [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32AVX512, axpyRowsF16AVX512, axpyRowsBF16AVX512},
-	gemm:     [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32AVX512, gemmF16AVX512, gemmBF16AVX512},
-	cvt:      [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32AVX512, cvtF16AVX512, cvtBF16AVX512},
-	gemmT:    gemmTF32AVX512,
-	readSum:  readSumAVX2, // a read is a read: the 256-bit loop already saturates memory
-	swiglu:   swigluAVX2,  // bound by exp, not memory: 256 bits suffice
-	expSum:   expSumAVX2,
+	dot4:      [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32AVX512, dot4F16AVX512, dot4BF16AVX512},
+	dot1:      [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32AVX512, dot1F16AVX512, dot1BF16AVX512},
+	dotRows:   [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32AVX512, dotRowsF16AVX512, dotRowsBF16AVX512},
+	axpy4:     [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32AVX512, axpy4F16AVX512, axpy4BF16AVX512},
+	axpy1:     [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32AVX512, axpy1F16AVX512, axpy1BF16AVX512},
+	axpyRows:  [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32AVX512, axpyRowsF16AVX512, axpyRowsBF16AVX512},
+	gemm:      [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32AVX512, gemmF16AVX512, gemmBF16AVX512},
+	cvt:       [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32AVX512, cvtF16AVX512, cvtBF16AVX512},
+	cvtPanels: [3]func(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer){cvtPanelsF32AVX512, cvtPanelsF16AVX512, cvtPanelsBF16AVX512},
+	gemmT:     gemmTF32AVX512,
+	readSum:   readSumAVX2, // a read is a read: the 256-bit loop already saturates memory
+	swiglu:    swigluAVX2,  // bound by exp, not memory: 256 bits suffice
+	expSum:    expSumAVX2,
 }
 
 // archSets returns the SIMD sets this CPU supports, best first. AVX2 needs FMA

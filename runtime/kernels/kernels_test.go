@@ -521,10 +521,10 @@ func TestMatMulRowsT(t *testing.T) {
 }
 
 // TestMatMulRowsTBlocks forces small MatMulRowsT blocks so that several
-// column and row blocks, and their tails, are exercised.
+// row blocks, their tail, and partial panels and token groups are exercised.
 func TestMatMulRowsTBlocks(t *testing.T) {
-	defer func(c, b int) { cBlock, packBytes = c, b }(cBlock, packBytes)
-	cBlock, packBytes = 40, 40*4*20 // 40-column blocks, ~18 rows deep
+	defer func(k, b int) { gemmKC, gemmPackBytes = k, b }(gemmKC, gemmPackBytes)
+	gemmKC, gemmPackBytes = 18, 18*4*40 // 75 rows: blocks of 18 rows (the last of 3) by 40 columns or less
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
 			rng := rand.New(rand.NewPCG(21, 22))

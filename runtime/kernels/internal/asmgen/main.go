@@ -129,7 +129,7 @@ func hsum4(g *gen, a, b, c, d int) {
 
 func amd64(g *gen) {
 	isas := []x86{
-		{name: "AVX2", vw: 8, r: "Y", gr: 3, gt: 4, tt: 6, tc: 16},
+		{name: "AVX2", vw: 8, r: "Y", gr: 3, gt: 4, tt: 4, tc: 24},
 		{name: "AVX512", vw: 16, r: "Z", gr: 6, gt: 4, tt: 8, tc: 32},
 	}
 	for _, x := range isas {
@@ -146,6 +146,7 @@ func amd64(g *gen) {
 			x.axpyRows(g, d)
 			x.gemm(g, d)
 			x.cvt(g, d)
+			x.cvtPanels(g, d)
 		}
 		x.gemmT(g)
 	}
@@ -577,6 +578,42 @@ func (x x86) cvt(g *gen, d dtype) {
 	g.p("")
 }
 
+// cvtPanels: for i < n/tc, dst + i·pstride bytes gets float32(src[i·tc+e])
+// for e < tc: one weight row cut into the packed panels gemmT reads; n a
+// multiple of tc. The bytes at pre, as many as it reads at src, are
+// prefetched into L2 as it goes (the row the caller packs next time).
+func (x x86) cvtPanels(g *gen, d dtype) {
+	name := "cvtPanels" + d.name + x.name
+	x.text(g, name, 40, "(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)")
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ pstride+8(FP), DX")
+	g.i("MOVQ src+16(FP), R8")
+	g.i("MOVQ n+24(FP), CX")
+	g.i("MOVQ pre+32(FP), R9")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	nv := x.tc / x.vw
+	for off := 0; off < x.tc*d.size; off += 64 {
+		g.i("PREFETCHT1 %d(R9)", off)
+	}
+	for j := 0; j < nv; j++ {
+		x.loadW(g, d, fmt.Sprintf("%d(R8)", j*x.vw*d.size), x.v(j))
+	}
+	for j := 0; j < nv; j++ {
+		g.i("VMOVUPS %s, %d(DI)", x.v(j), 4*x.vw*j)
+	}
+	g.i("ADDQ $%d, R8", x.tc*d.size)
+	g.i("ADDQ $%d, R9", x.tc*d.size)
+	g.i("ADDQ DX, DI")
+	g.i("SUBQ $%d, CX", x.tc)
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
 // gemmT (float32 weights only, the packed form): for t < tt and c < tc,
 // dst[t][c] += Σ_{k<kc} a[t][k]·w[k][c], where w row k starts at w + k·wstride
 // bytes, a row t at a + t·astride bytes and dst row t at dst + t·dstride bytes.
@@ -927,6 +964,7 @@ func arm64(g *gen) {
 		neonAxpyRows(g, d)
 		neonGemm(g, d, gr, gt)
 		neonCvt(g, d)
+		neonCvtPanels(g, d, tc)
 	}
 	neonGemmT(g, tt, tc)
 	neonReadSum(g)
@@ -1344,6 +1382,32 @@ func neonCvt(g *gen, d dtype) {
 	neonLoopHead(g, "R6")
 	neonLoad16(g, d, "R1", 4, 12)
 	g.i("VST1.P [V4.S4, V5.S4, V6.S4, V7.S4], 64(R0)")
+	neonLoopTail(g, "R6", 16)
+	g.i("RET")
+	g.p("")
+}
+
+// neonCvtPanels: the NEON cvtPanels (see the x86 one); tc is 16.
+func neonCvtPanels(g *gen, d dtype, tc int) {
+	if tc != 16 {
+		panic("neonCvtPanels: tc must be 16")
+	}
+	name := "cvtPanels" + d.name + "NEON"
+	neonText(g, name, 40, "(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)")
+	g.i("MOVD dst+0(FP), R0")
+	g.i("MOVD pstride+8(FP), R2")
+	g.i("MOVD src+16(FP), R1")
+	g.i("MOVD n+24(FP), R6")
+	g.i("MOVD pre+32(FP), R3")
+	zero(g, zeroV)
+	neonLoopHead(g, "R6")
+	for off := 0; off < tc*d.size; off += 64 {
+		g.i("PRFM %d(R3), PLDL2KEEP", off)
+	}
+	g.i("ADD $%d, R3, R3", tc*d.size)
+	neonLoad16(g, d, "R1", 4, 12)
+	g.i("VST1 [V4.S4, V5.S4, V6.S4, V7.S4], (R0)")
+	g.i("ADD R2, R0, R0")
 	neonLoopTail(g, "R6", 16)
 	g.i("RET")
 	g.p("")
