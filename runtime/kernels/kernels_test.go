@@ -552,6 +552,38 @@ func TestMatMulRowsTBlocks(t *testing.T) {
 	})
 }
 
+// TestCvtPanels checks each set's panel decoder exactly: run i of tc values
+// lands at panel i (pstride apart), and nothing between or after the panels
+// is written.
+func TestCvtPanels(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		rng := rand.New(rand.NewPCG(5, 6))
+		for _, dt := range weightDTypes {
+			d := dtIndex(dt)
+			for np := 0; np < 7; np++ {
+				n := np * ks.tc
+				m := randMat(rng, dt, 1, max(n, 1), rng.IntN(4))
+				pst := ks.tc + rng.IntN(40)
+				dst := make([]float32, np*pst+ks.tc+16)
+				for i := range dst {
+					dst[i] = -7
+				}
+				ks.cvtPanels[d](&dst[0], 4*pst, dataPtr(m.Mat), n, dataPtr(m.Mat))
+				for i := range dst {
+					p, e := i/pst, i%pst
+					want := -7.0
+					if p < np && e < ks.tc {
+						want = m.vals[p*ks.tc+e]
+					}
+					if float64(dst[i]) != want {
+						t.Fatalf("%v, %d panels of stride %d: dst[%d] = %v, want %v", dt, np, pst, i, dst[i], want)
+					}
+				}
+			}
+		}
+	})
+}
+
 // TestNoAllocs checks that the decode kernels allocate nothing in steady
 // state, whatever the pool size.
 func TestNoAllocs(t *testing.T) {

@@ -134,10 +134,22 @@ type job struct {
 	attn AttnShape // Attention: the shape
 }
 
-// colSplit reports whether the job's parallel dimension is a vector one
-// (columns, elements), whose ranges the pool keeps to multiples of 16.
-func (j *job) colSplit() bool {
-	return j.op == opAddRows || j.op == opMatMulT || j.op == opSwiGLU
+// colAlign returns the multiple that the pool keeps the job's ranges to
+// where it can: 16 elements for vector splits (columns, elements), so SIMD
+// column splits stay aligned, and for MatMulRowsT a whole number of gemmT
+// panels as well (48 columns for AVX2's 24); 1 for the others.
+func (j *job) colAlign() int {
+	switch j.op {
+	case opAddRows, opSwiGLU:
+		return 16
+	case opMatMulT:
+		a := 16
+		for a%j.ks.tc != 0 {
+			a += 16
+		}
+		return a
+	}
+	return 1
 }
 
 // do runs the part [lo, hi) of the job's parallel dimension.
@@ -458,12 +470,16 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 	tt, tc := ks.tt, ks.tc
 	if T < tt {
 		// Too few tokens to pay for the float32 copy: accumulate straight from
-		// the weights, a block at a time so it stays in cache.
-		const kb = 64
-		for k0 := 0; k0 < K; k0 += kb {
-			k1 := min(k0+kb, K)
-			for t := 0; t < T; t++ {
-				accumRows(ks, d, es, dst[t*C+lo:t*C+hi], unsafe.Add(base, k0*rb+lo*es), rb, k1-k0, nil, a[t*K+k0:t*K+k1], false)
+		// the weights, a block of kb rows × cb columns at a time so that it
+		// stays in L2 while each token goes over it.
+		const kb, cb = 64, 2048
+		for c0 := lo; c0 < hi; c0 += cb {
+			c1 := min(c0+cb, hi)
+			for k0 := 0; k0 < K; k0 += kb {
+				k1 := min(k0+kb, K)
+				for t := 0; t < T; t++ {
+					accumRows(ks, d, es, dst[t*C+c0:t*C+c1], unsafe.Add(base, k0*rb+c0*es), rb, k1-k0, nil, a[t*K+k0:t*K+k1], false)
+				}
 			}
 		}
 		return

@@ -136,10 +136,8 @@ func (p *Pool) run(j job, n int) (parts int) {
 	}
 	p.cur = j
 	chunk := (n + parts - 1) / parts
-	// Keep column ranges a multiple of 16 elements where possible so SIMD
-	// column splits stay aligned.
-	if chunk > 16 && j.colSplit() {
-		chunk = (chunk + 15) &^ 15
+	if a := j.colAlign(); chunk > a {
+		chunk = (chunk + a - 1) / a * a
 	}
 	used := 1
 	for i := range p.spans {
