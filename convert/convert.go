@@ -266,28 +266,60 @@ func ffnPart(name string) (layer int, part string) {
 	return l, ""
 }
 
-// orderedNames sorts tensor names by layer number, then name, with
-// non-layer tensors (embeddings) first and the final norm / head last.
+// orderedNames sorts tensor names into the order a forward pass reads them:
+// the embeddings first; then layer by layer, each layer's tensors in
+// execution order (input_layernorm, q, k, v, o, post_attention_layernorm,
+// gate, up, down; any others after them by name); then the final norm and
+// the head. Decode then streams the file front to back, so the prefetchers
+// run on from one matrix into the next.
 func orderedNames(names []string) []string {
 	out := append([]string(nil), names...)
-	key := func(n string) (int, string) {
+	type key struct {
+		layer, rank int
+		name        string
+	}
+	keyOf := func(n string) key {
 		if rest, ok := strings.CutPrefix(n, "model.layers."); ok {
 			num, tail, _ := strings.Cut(rest, ".")
 			if l, err := strconv.Atoi(num); err == nil {
-				return l, tail
+				r := len(layerOrder)
+				for i, p := range layerOrder {
+					if strings.HasPrefix(tail, p) {
+						r = i
+						break
+					}
+				}
+				return key{l, r, tail}
 			}
 		}
-		if strings.Contains(n, "embed") {
-			return -1, n
+		switch {
+		case strings.Contains(n, "embed"):
+			return key{-1, 0, n}
+		case strings.HasPrefix(n, "model.norm."):
+			return key{math.MaxInt, 0, n}
+		case strings.HasPrefix(n, "lm_head."):
+			return key{math.MaxInt, 1, n}
 		}
-		return math.MaxInt, n
+		return key{math.MaxInt, 2, n}
 	}
 	sort.Slice(out, func(i, j int) bool {
-		li, ni := key(out[i])
-		lj, nj := key(out[j])
-		return li < lj || (li == lj && ni < nj)
+		a, b := keyOf(out[i]), keyOf(out[j])
+		if a.layer != b.layer {
+			return a.layer < b.layer
+		}
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		return a.name < b.name
 	})
 	return out
+}
+
+// layerOrder lists a layer's tensor name prefixes in the order the forward
+// pass reads them (HF Llama / Qwen2 names; a prefix covers weight and bias).
+var layerOrder = []string{
+	"input_layernorm.", "self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.", "self_attn.o_proj.",
+	"post_attention_layernorm.", "mlp.gate_proj.", "mlp.up_proj.", "mlp.down_proj.",
 }
 
 // outDType is the stored dtype: float tensors take the target dtype.
