@@ -105,3 +105,21 @@ func TestProfileMergeBadInput(t *testing.T) {
 		require.True(t, os.IsNotExist(err), "%s was written", f)
 	}
 }
+
+// TestNoProgressBarOffTerminal checks that a command without --quiet draws no
+// progress bar when stderr is a file (a log), not a terminal.
+func TestNoProgressBarOffTerminal(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	dir := t.TempDir()
+	logf, err := os.Create(filepath.Join(dir, "stderr.log"))
+	require.NoError(t, err)
+	defer logf.Close()
+	var o bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &o, logf
+	require.NoError(t, app.Run([]string{"sinf", "convert", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--out", filepath.Join(dir, "x.sinf")}))
+	log, err := os.ReadFile(logf.Name())
+	require.NoError(t, err)
+	require.Contains(t, string(log)+o.String(), "wrote ") // the report still comes
+	require.NotContains(t, string(log), "converting")
+}

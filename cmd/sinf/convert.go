@@ -49,7 +49,7 @@ func convertCommand() *cli.Command {
 				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
 				Random:        c.Bool("random"), Seed: c.Uint64("seed"),
 			}
-			if !c.Bool("quiet") {
+			if showProgress(c) {
 				opt.Progress = c.App.ErrWriter
 			}
 			if s := c.String("dtype"); s != "" {

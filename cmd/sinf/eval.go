@@ -58,7 +58,7 @@ func evalCommand() *cli.Command {
 				MaxNewTokens: c.Int("max-new-tokens"), Threads: c.Int("threads"), Context: c.Int("context"),
 				Window: c.Int("window"), Stride: c.Int("stride")}
 			var bar *progressbar.ProgressBar
-			if !c.Bool("quiet") {
+			if showProgress(c) {
 				opt.Progress = func(done, total int) {
 					if bar == nil {
 						bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),

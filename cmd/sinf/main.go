@@ -53,3 +53,18 @@ func newApp() *cli.App {
 		HideHelpCommand: true,
 	}
 }
+
+// showProgress reports whether a command draws progress bars: not with
+// --quiet, and only when stderr is a terminal (a log file or a pipe would
+// get every frame of the bar).
+func showProgress(c *cli.Context) bool {
+	if c.Bool("quiet") {
+		return false
+	}
+	f, ok := c.App.ErrWriter.(*os.File)
+	if !ok || f == nil {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

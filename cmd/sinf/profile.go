@@ -116,7 +116,7 @@ func profileCommand() *cli.Command {
 			opt := profile.Options{MaxNewTokens: c.Int("max-new-tokens"), Workers: batch, Threads: threads, BOS: tok.BOS()}
 			var bar *progressbar.ProgressBar
 			start := time.Now()
-			if !c.Bool("quiet") {
+			if showProgress(c) {
 				bar = progressbar.NewOptions(len(prompts), progressbar.OptionSetWriter(c.App.ErrWriter),
 					progressbar.OptionSetDescription("profiling "+task.Name), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 				opt.Progress = func(p int, tokens int64) {

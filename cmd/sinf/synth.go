@@ -48,7 +48,7 @@ func synthCommand() *cli.Command {
 			opt := synth.Options{Shape: shape, TokenizerDir: c.String("tokenizer"), DType: dt, Seed: c.Uint64("seed"),
 				Vocab: c.Int("vocab"), MaxShardBytes: shard, Force: c.Bool("force"),
 				Command: "sinf " + strings.Join(os.Args[1:], " ")}
-			if !c.Bool("quiet") {
+			if showProgress(c) {
 				opt.Progress = os.Stderr
 			}
 			rep, err := synth.Write(c.String("out"), opt)
