@@ -61,7 +61,7 @@ func evalCommand() *cli.Command {
 			if showProgress(c) {
 				opt.Progress = func(done, total int) {
 					if bar == nil {
-						bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+						bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(c.App.ErrWriter),
 							progressbar.OptionSetDescription(fmt.Sprintf("eval %s [%s]", task, sp.Mode)),
 							progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 					}

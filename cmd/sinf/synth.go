@@ -49,16 +49,16 @@ func synthCommand() *cli.Command {
 				Vocab: c.Int("vocab"), MaxShardBytes: shard, Force: c.Bool("force"),
 				Command: "sinf " + strings.Join(os.Args[1:], " ")}
 			if showProgress(c) {
-				opt.Progress = os.Stderr
+				opt.Progress = c.App.ErrWriter
 			}
 			rep, err := synth.Write(c.String("out"), opt)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "wrote %s: %s, %d parameters in %d file(s) (%s), vocab %d — %s\n",
+			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %d parameters in %d file(s) (%s), vocab %d — %s\n",
 				rep.Dir, shape.Model, rep.Params, len(rep.Files), human(rep.Bytes), rep.Vocab, rep.Note)
 			if rep.Vocab != shape.Vocab {
-				fmt.Fprintf(os.Stderr, "note: vocab_size %d differs from the real model's %d (the tokenizer defines %d ids); --vocab %d gives the exact real shape\n",
+				fmt.Fprintf(c.App.ErrWriter, "note: vocab_size %d differs from the real model's %d (the tokenizer defines %d ids); --vocab %d gives the exact real shape\n",
 					rep.Vocab, shape.Vocab, rep.TokenizerVocab, shape.Vocab)
 			}
 			return nil
