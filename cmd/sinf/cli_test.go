@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,4 +124,21 @@ func TestNoProgressBarOffTerminal(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(log)+o.String(), "wrote ") // the report still comes
 	require.NotContains(t, string(log), "converting")
+}
+
+// TestBenchJSON: the bench report's roofline is the median read pass, and its
+// figures agree with each other (bytes per token is the sum of its parts).
+func TestBenchJSON(t *testing.T) {
+	out, err := run(t, "bench", "--model", filepath.Join("..", "..", "testdata", "models", "tinystories-656k"),
+		"--prompt-tokens", "4", "--gen-tokens", "4", "--repeat", "1", "--warmup", "0", "--bandwidth-mib", "1", "--json")
+	require.NoError(t, err)
+	var r benchReport
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.BandwidthRuns, bandwidthPasses)
+	sorted := slices.Sorted(slices.Values(r.BandwidthRuns))
+	require.Equal(t, sorted[bandwidthPasses/2], r.BandwidthBytesPerS)
+	require.Equal(t, sorted[bandwidthPasses-1], r.BandwidthBest)
+	require.Equal(t, r.AttentionBytes+r.FFNBytes+r.LMHeadBytes, r.BytesPerToken)
+	require.Positive(t, r.DecodeTokensPerS)
+	require.InEpsilon(t, r.DecodeTokensPerS*float64(r.BytesPerToken)/r.BandwidthBytesPerS, r.RooflineFraction, 1e-12)
 }
