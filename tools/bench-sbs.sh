@@ -9,8 +9,8 @@
 # llama.cpp counterpart). Env: SINF (default bin/sinf), LLAMA_BENCH (path to
 # llama-bench; weights read into RAM with -lm none, as in issue 6's table).
 # One line per configuration and round: sinf prefill/decode tok/s, the read
-# bandwidth sinf measured in the same run (GB/s) and decode's fraction of that
-# roofline; then llama.cpp prefill/decode tok/s.
+# bandwidth sinf measured in the same run (GB/s, median and best of its passes)
+# and decode's fraction of the median; then llama.cpp prefill/decode tok/s.
 set -euo pipefail
 S=${SINF:-bin/sinf}
 L=${LLAMA_BENCH:-}
@@ -25,11 +25,11 @@ for r in $(seq "$rounds"); do
 	for cfg in "$@"; do
 		read -r model gguf mode threads <<<"$cfg"
 		s=$("$S" bench --model "$model" --mode "$mode" --threads "$threads" --repeat 3 --bandwidth-mib 256 --json |
-			python3 -c 'import json,sys; d=json.load(sys.stdin); print(round(d["prefill_tokens_per_s"],1), round(d["decode_tokens_per_s"],2), round(d["bandwidth_bytes_per_s"]/1e9,1), round(d["roofline_fraction"],2))')
+			python3 -c 'import json,sys; d=json.load(sys.stdin); print(round(d["prefill_tokens_per_s"],1), round(d["decode_tokens_per_s"],2), round(d["bandwidth_bytes_per_s"]/1e9,1), round(d["bandwidth_best_bytes_per_s"]/1e9,1), round(d["roofline_fraction"],2))')
 		l="- -"
 		if [ "$gguf" != "-" ] && [ -n "$L" ]; then
 			l=$("$L" -m "$gguf" -p 64 -n 32 -r 3 -t "$threads" -lm none -o json 2>/dev/null | python3 -c "$med")
 		fi
-		echo "round $r $(basename "$model") $mode t$threads | sinf prefill decode GB/s roofline: $s | llama.cpp prefill decode: $l"
+		echo "round $r $(basename "$model") $mode t$threads | sinf prefill decode GB/s(median best) roofline: $s | llama.cpp prefill decode: $l"
 	done
 done
