@@ -661,6 +661,20 @@ func TestPoolLateWake(t *testing.T) {
 	require.True(t, fired.Load(), "the delay never ran: the test did not test the late wake-up")
 }
 
+// TestPoolAfterClose: a kernel on a closed pool panics instead of waiting
+// for workers that have stopped.
+func TestPoolAfterClose(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	m := randMat(rng, format.F32, 64, 32, 0)
+	for _, th := range []int{1, 2} {
+		p := NewPool(th)
+		p.Close()
+		require.PanicsWithValue(t, "kernels: Pool used after Close", func() {
+			MatVec(p, make([]float32, 64), m.Mat, randVec(rng, 32))
+		}, "%d threads", th)
+	}
+}
+
 func TestPoolConcurrentPools(t *testing.T) {
 	// Separate pools may run at once from separate goroutines.
 	rng := rand.New(rand.NewPCG(15, 16))

@@ -115,7 +115,7 @@ func (p *Pool) worker(i int) {
 // Threads returns the number of workers, the caller included.
 func (p *Pool) Threads() int { return p.workers }
 
-// Close stops the workers. The pool must not be used afterwards.
+// Close stops the workers. A kernel called on the pool afterwards panics.
 func (p *Pool) Close() {
 	p.closed.Store(true)
 	p.gen.Add(1)
@@ -127,8 +127,12 @@ func (p *Pool) Close() {
 }
 
 // run splits [0, n) into one range per worker and runs j on each. It
-// returns the number of ranges: range i ran with p.scratch[i].
+// returns the number of ranges: range i ran with p.scratch[i]. It panics on a
+// closed pool, whose workers would never answer.
 func (p *Pool) run(j job, n int) (parts int) {
+	if p.closed.Load() {
+		panic("kernels: Pool used after Close")
+	}
 	parts = min(p.workers, (n+minChunk-1)/minChunk)
 	if parts <= 1 {
 		j.do(0, n, p.scratch[0])
