@@ -37,8 +37,11 @@ func benchCommand() *cli.Command {
 		}...),
 		Action: func(c *cli.Context) error {
 			P, G, R := c.Int("prompt-tokens"), c.Int("gen-tokens"), c.Int("repeat")
-			if P < 1 || G < 1 || R < 1 || c.Int("warmup") < 0 || c.Int("bandwidth-mib") < 0 {
-				return errors.New("--prompt-tokens, --gen-tokens and --repeat must be positive, --warmup and --bandwidth-mib not negative")
+			if P < 1 || G < 1 || R < 1 || c.Int("warmup") < 0 {
+				return errors.New("--prompt-tokens, --gen-tokens and --repeat must be positive, --warmup not negative")
+			}
+			if mib := c.Int("bandwidth-mib"); mib < 0 || mib > maxBandwidthMiB {
+				return fmt.Errorf("--bandwidth-mib %d: want 0 (skip) to %d", mib, maxBandwidthMiB)
 			}
 			l, err := openModel(c.String("model"), false)
 			if err != nil {
@@ -167,8 +170,10 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 	if opt.BandwidthBytes > 0 {
 		rep.BandwidthBuffer = opt.BandwidthBytes
 		rep.BandwidthRuns = kernels.MeasureReadBandwidth(pool, opt.BandwidthBytes, bandwidthPasses)
-		rep.BandwidthBytesPerS = median(rep.BandwidthRuns)
-		rep.BandwidthBest = slices.Max(rep.BandwidthRuns)
+		if len(rep.BandwidthRuns) > 0 { // a pass too short for the clock is dropped
+			rep.BandwidthBytesPerS = median(rep.BandwidthRuns)
+			rep.BandwidthBest = slices.Max(rep.BandwidthRuns)
+		}
 		if rep.BandwidthBytesPerS > 0 {
 			rep.RooflineFraction = rep.DecodeTokensPerS * float64(rep.BytesPerToken) / rep.BandwidthBytesPerS
 		}
@@ -180,6 +185,9 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 // median, like the decode figure it divides: the best of a few 30 ms passes
 // catches quiet moments of a shared machine that seconds of decode do not.
 const bandwidthPasses = 7
+
+// maxBandwidthMiB bounds --bandwidth-mib (64 GiB): the buffer is allocated.
+const maxBandwidthMiB = 1 << 16
 
 func median(v []float64) float64 {
 	if len(v) == 0 {
@@ -206,7 +214,7 @@ func printBench(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "peak RSS   %s\n", human(r.PeakRSSBytes))
 	fmt.Fprintf(w, "bytes/tok  %s (attention %s, FFN %s, LM head %s)\n", human(r.BytesPerToken), human(r.AttentionBytes), human(r.FFNBytes), human(r.LMHeadBytes))
 	if r.BandwidthBytesPerS > 0 {
-		fmt.Fprintf(w, "bandwidth  %.2f GB/s (read, %d threads, %s buffer; median of %d passes, best %.2f)\n",
+		fmt.Fprintf(w, "bandwidth  %.2f GB/s (read, %d threads, %s buffer; median of %d passes, best %.2f GB/s)\n",
 			r.BandwidthBytesPerS/1e9, r.Threads, human(int64(r.BandwidthBuffer)), len(r.BandwidthRuns), r.BandwidthBest/1e9)
 		fmt.Fprintf(w, "roofline   %.1f%% (decode tok/s × bytes/token ÷ bandwidth; the bandwidth bound is %.1f tok/s; %.1f%% of the best pass)\n",
 			100*r.RooflineFraction, r.BandwidthBytesPerS/float64(r.BytesPerToken), 100*r.DecodeTokensPerS*float64(r.BytesPerToken)/r.BandwidthBest)

@@ -141,4 +141,8 @@ func TestBenchJSON(t *testing.T) {
 	require.Equal(t, r.AttentionBytes+r.FFNBytes+r.LMHeadBytes, r.BytesPerToken)
 	require.Positive(t, r.DecodeTokensPerS)
 	require.InEpsilon(t, r.DecodeTokensPerS*float64(r.BytesPerToken)/r.BandwidthBytesPerS, r.RooflineFraction, 1e-12)
+
+	// A buffer too large to allocate is refused before the model is read.
+	_, err = run(t, "bench", "--model", "no-such-model", "--bandwidth-mib", "65537")
+	require.EqualError(t, err, "--bandwidth-mib 65537: want 0 (skip) to 65536")
 }

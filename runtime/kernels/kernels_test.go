@@ -721,7 +721,7 @@ func TestMeasureReadBandwidth(t *testing.T) {
 	for _, r := range bw {
 		require.Greater(t, r, 0.0)
 	}
-	t.Logf("read bandwidth over 4 MiB (cache): %.1f GB/s (%s)", bw[0]/1e9, ISA())
+	t.Logf("read bandwidth over 4 MiB (cache), first pass: %.1f GB/s (%s)", bw[0]/1e9, ISA())
 }
 
 func TestChooseSet(t *testing.T) {
