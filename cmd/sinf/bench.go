@@ -40,6 +40,9 @@ func benchCommand() *cli.Command {
 			if P < 1 || G < 1 || R < 1 || c.Int("warmup") < 0 {
 				return errors.New("--prompt-tokens, --gen-tokens and --repeat must be positive, --warmup not negative")
 			}
+			if err := checkThreads(c); err != nil {
+				return err
+			}
 			if mib := c.Int("bandwidth-mib"); mib < 0 || mib > maxBandwidthMiB {
 				return fmt.Errorf("--bandwidth-mib %d: want 0 (skip) to %d", mib, maxBandwidthMiB)
 			}

@@ -146,3 +146,17 @@ func TestBenchJSON(t *testing.T) {
 	_, err = run(t, "bench", "--model", "no-such-model", "--bandwidth-mib", "65537")
 	require.EqualError(t, err, "--bandwidth-mib 65537: want 0 (skip) to 65536")
 }
+
+// TestNegativeThreads: every command with --threads refuses a negative count
+// before it reads anything.
+func TestNegativeThreads(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--model", "x"},
+		{"eval", "--model", "x", "--task", "squad_v2"},
+		{"study", "--model", "x", "--tasks", "squad_v2", "--task-scores", "a", "--model-scores", "b", "--out", t.TempDir()},
+		{"run", "--model", "x", "--prompt", "hi"},
+	} {
+		_, err := run(t, append(args, "--threads", "-3")...)
+		require.ErrorContains(t, err, "--threads -3: want ≥ 0", "sinf %s", args[0])
+	}
+}

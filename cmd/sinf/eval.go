@@ -35,6 +35,9 @@ func evalCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		}...),
 		Action: func(c *cli.Context) error {
+			if err := checkThreads(c); err != nil {
+				return err
+			}
 			task := c.String("task")
 			if _, err := dataset.Lookup(task); err != nil {
 				return err

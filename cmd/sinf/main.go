@@ -68,3 +68,11 @@ func showProgress(c *cli.Context) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
+
+// checkThreads rejects a negative --threads (0 means all CPUs).
+func checkThreads(c *cli.Context) error {
+	if n := c.Int("threads"); n < 0 {
+		return fmt.Errorf("--threads %d: want ≥ 0 (0: all CPUs)", n)
+	}
+	return nil
+}

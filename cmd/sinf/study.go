@@ -58,6 +58,9 @@ func studyCommand() *cli.Command {
 			if len(tasks) == 0 {
 				return errors.New("--tasks: give at least one task")
 			}
+			if err := checkThreads(c); err != nil {
+				return err
+			}
 			opt := eval.StudyOptions{
 				Model: c.String("model"), TaskScores: c.String("task-scores"), ModelScores: c.String("model-scores"),
 				Tasks: tasks, Limit: c.Int("limit"), DataDir: c.String("data-dir"), Out: c.String("out"),
