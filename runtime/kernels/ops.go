@@ -229,13 +229,14 @@ const prefetchBytes = 8 << 10
 const seqRowBytes = 2048
 
 // dotRowsAhead is how many bytes ahead of its position dotRows and axpyRows
-// prefetch. F16 and BF16 rows take about three times the instructions per
-// byte of F32 ones, so the out-of-order window covers fewer lines ahead and
-// the software prefetch has to reach further. Tuned on Zen 3 only: decode
-// steps of the SmolLM2 shape (F16, 1152-byte rows) alternated in one process
-// ran 4–6% faster at 1024 than at 512 (1 and 2 threads), and 1536 and 2048
-// were no better; dotRows alone on 1152-byte BF16 rows read 10% faster. F32
-// rows reach these kernels only below 512 columns, and NEON is unmeasured.
+// prefetch. F16 and BF16 rows take about twice the instructions per byte of
+// F32 ones (a conversion per FMA), so the out-of-order window covers fewer
+// lines ahead and the software prefetch has to reach further. Tuned on Zen 3
+// only: decode steps of the SmolLM2 shape (F16, 1152-byte rows) alternated in
+// one process ran 4–6% faster at 1024 than at 512 (1 and 2 threads), and 1536
+// and 2048 were no better; dotRows alone on 1152-byte BF16 rows read 10%
+// faster. F32 rows reach these kernels only below 512 columns, and NEON is
+// unmeasured.
 const dotRowsAhead = 1024
 
 // dot returns Σ_{e<n} W[e]·x[e] for the row at p: the kernel set on the whole
