@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/internal/sharedtest"
 	"github.com/selectinfer/sinf/runtime"
 )
 
@@ -139,6 +141,10 @@ func TestUnavailableWithoutTag(t *testing.T) {
 		t.Skip("built with the cuda tag")
 	}
 	require.ErrorContains(t, Available(), "built without the cuda tag")
-	_, err := Open(testModels(t)[0].model, Options{})
+	// The embedded model: this check needs no shared material.
+	ck, m, err := hf.Load(sharedtest.Path(t, "models", "tinystories-656k"))
+	require.NoError(t, err)
+	defer ck.Close()
+	_, err = Open(m, Options{})
 	require.ErrorContains(t, err, "built without the cuda tag")
 }

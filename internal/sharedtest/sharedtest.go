@@ -47,15 +47,16 @@ func Root(t testing.TB) string {
 // only part of it.
 func Path(t testing.TB, elem ...string) string {
 	t.Helper()
-	if d, ok := dir(); ok {
+	d, ok := dir()
+	if ok {
 		return filepath.Join(append([]string{d}, elem...)...)
 	}
 	if len(elem) < 2 {
-		t.Skipf("shared material not found (set SINF_SHARED); %s is only partly in testdata", filepath.Join(elem...))
+		t.Skipf("shared material not found at %s (set SINF_SHARED); %s is only partly in testdata", d, filepath.Join(elem...))
 	}
 	p, _ := filepath.Abs(filepath.Join(append([]string{repoRoot(), "testdata"}, elem...)...))
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared material not found (set SINF_SHARED) and %s is not in testdata", filepath.Join(elem...))
+		t.Skipf("shared material not found at %s (set SINF_SHARED) and %s is not in testdata", d, filepath.Join(elem...))
 	}
 	return p
 }
