@@ -221,6 +221,9 @@ func printBench(w io.Writer, r *benchReport) {
 			r.BandwidthBytesPerS/1e9, r.Threads, human(int64(r.BandwidthBuffer)), len(r.BandwidthRuns), r.BandwidthBest/1e9)
 		fmt.Fprintf(w, "roofline   %.1f%% (decode tok/s × bytes/token ÷ bandwidth; the bandwidth bound is %.1f tok/s; %.1f%% of the best pass)\n",
 			100*r.RooflineFraction, r.BandwidthBytesPerS/float64(r.BytesPerToken), 100*r.DecodeTokensPerS*float64(r.BytesPerToken)/r.BandwidthBest)
+		if r.RooflineFraction > 1 {
+			fmt.Fprintln(w, "           (above 100%: the weights are served from cache; the roofline means something for models well above the last-level cache)")
+		}
 	}
 }
 

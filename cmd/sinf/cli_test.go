@@ -160,3 +160,14 @@ func TestNegativeThreads(t *testing.T) {
 		require.ErrorContains(t, err, "--threads -3: want ≥ 0", "sinf %s", args[0])
 	}
 }
+
+// TestMissingDataHint: a built-in task whose data is not in the folder names
+// the file and says where the data is.
+func TestMissingDataHint(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	data := filepath.Join("..", "..", "testdata", "data")
+	_, err := run(t, "profile", "--quiet", "--model", model, "--dataset", "squad_v2", "--data-dir", data, "--out", filepath.Join(t.TempDir(), "x.scores"))
+	require.ErrorContains(t, err, "squad_v2/dev-sample.json: no such file or directory (testdata/data has only tinystories, wikitext2 and xsum")
+	_, err = run(t, "eval", "--model", model, "--task", "piqa", "--data-dir", data)
+	require.ErrorContains(t, err, "piqa/valid.jsonl: no such file or directory (testdata/data has only")
+}

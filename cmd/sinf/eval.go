@@ -45,7 +45,7 @@ func evalCommand() *cli.Command {
 			paths, _ := dataset.Files(task, c.String("data-dir"))
 			for _, p := range paths {
 				if _, err := os.Stat(p); err != nil {
-					return fmt.Errorf("dataset %s: data file: %w", task, err)
+					return dataHint(fmt.Errorf("dataset %s: data file: %w", task, err))
 				}
 			}
 			l, err := openModel(c.String("model"), false)

@@ -4,7 +4,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -75,4 +77,21 @@ func checkThreads(c *cli.Context) error {
 		return fmt.Errorf("--threads %d: want ≥ 0 (0: all CPUs)", n)
 	}
 	return nil
+}
+
+// plural returns "1 file", "2 files".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// dataHint adds to a missing data file's error where the data is: the
+// repository ships samples of only three built-in tasks.
+func dataHint(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w (testdata/data has only tinystories, wikitext2 and xsum; give --data-dir a full copy, such as ../shared/data)", err)
+	}
+	return err
 }

@@ -96,7 +96,7 @@ func profileCommand() *cli.Command {
 			}
 			task, examples, err := dataset.Load(c.String("dataset"), c.String("data-dir"), c.Int("limit"))
 			if err != nil {
-				return err
+				return dataHint(err)
 			}
 			if examples, err = dataset.Shard(examples, si, sn); err != nil {
 				return fmt.Errorf("--shard: %w", err)
@@ -185,7 +185,7 @@ func mergeCommand() *cli.Command {
 				if err := scores.Write(out, merged); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d files, tasks %v, %d input + %d generated tokens\n", out, len(ins), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
+				fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, tasks %v, %d input + %d generated tokens\n", out, plural(len(ins), "file"), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
 			} else if c.Int("print-top") == 0 {
 				return errors.New("give --out FILE or --print-top K")
 			}

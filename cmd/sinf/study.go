@@ -80,7 +80,11 @@ func studyCommand() *cli.Command {
 			if _, err := eval.Study(opt); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.ErrWriter, "wrote %s/results.json, %s/table.md and the figures\n", opt.Out, opt.Out)
+			figures := " and the figures"
+			if opt.NoSweeps {
+				figures = ""
+			}
+			fmt.Fprintf(c.App.ErrWriter, "wrote %s/results.json and %s/table.md%s\n", opt.Out, opt.Out, figures)
 			return nil
 		},
 	}
