@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -17,7 +18,7 @@ func TestKthLargest(t *testing.T) {
 				s[i] = float32(rng.IntN(levels)) / 8
 			}
 			desc := slices.Clone(s)
-			slices.SortFunc(desc, func(a, b float32) int { return -cmpF(a, b) })
+			slices.SortFunc(desc, func(a, b float32) int { return -cmp.Compare(a, b) })
 			for _, k := range []int{1, n / 3, n / 2, n} {
 				if k < 1 {
 					continue
@@ -26,16 +27,6 @@ func TestKthLargest(t *testing.T) {
 			}
 		}
 	}
-}
-
-func cmpF(a, b float32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // TestCounterMatchesSort compares Counter with the definition: sort a token's
@@ -60,7 +51,7 @@ func TestCounterMatchesSort(t *testing.T) {
 					order = append(order, j)
 				}
 			}
-			slices.SortStableFunc(order, func(x, y int) int { return -cmpF(a[x], a[y]) })
+			slices.SortStableFunc(order, func(x, y int) int { return -cmp.Compare(a[x], a[y]) })
 			for _, j := range order[:RoundCount(alpha, len(order))] {
 				want[j]++
 			}

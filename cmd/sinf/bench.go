@@ -40,7 +40,7 @@ func benchCommand() *cli.Command {
 			if P < 1 || G < 1 || R < 1 || c.Int("warmup") < 0 {
 				return errors.New("--prompt-tokens, --gen-tokens and --repeat must be positive, --warmup not negative")
 			}
-			if err := checkThreads(c); err != nil {
+			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
 			if mib := c.Int("bandwidth-mib"); mib < 0 || mib > maxBandwidthMiB {

@@ -35,7 +35,7 @@ func evalCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		}...),
 		Action: func(c *cli.Context) error {
-			if err := checkThreads(c); err != nil {
+			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
 			task := c.String("task")

@@ -71,14 +71,6 @@ func showProgress(c *cli.Context) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// checkThreads rejects a negative --threads (0 means all CPUs).
-func checkThreads(c *cli.Context) error {
-	if n := c.Int("threads"); n < 0 {
-		return fmt.Errorf("--threads %d: want ≥ 0 (0: all CPUs)", n)
-	}
-	return nil
-}
-
 // plural returns "1 file", "2 files".
 func plural(n int, noun string) string {
 	if n == 1 {

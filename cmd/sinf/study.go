@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/eval"
 )
@@ -58,7 +59,7 @@ func studyCommand() *cli.Command {
 			if len(tasks) == 0 {
 				return errors.New("--tasks: give at least one task")
 			}
-			if err := checkThreads(c); err != nil {
+			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
 			opt := eval.StudyOptions{

@@ -55,8 +55,8 @@ func synthCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %d parameters in %d file(s) (%s), vocab %d — %s\n",
-				rep.Dir, shape.Model, rep.Params, len(rep.Files), human(rep.Bytes), rep.Vocab, rep.Note)
+			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %d parameters in %s (%s), vocab %d — %s\n",
+				rep.Dir, shape.Model, rep.Params, plural(len(rep.Files), "file"), human(rep.Bytes), rep.Vocab, rep.Note)
 			if rep.Vocab != shape.Vocab {
 				fmt.Fprintf(c.App.ErrWriter, "note: vocab_size %d differs from the real model's %d (the tokenizer defines %d ids); --vocab %d gives the exact real shape\n",
 					rep.Vocab, shape.Vocab, rep.TokenizerVocab, shape.Vocab)

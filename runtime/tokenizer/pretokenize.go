@@ -45,7 +45,6 @@ type pattern struct {
 	Regex  *string `json:"Regex"`
 }
 
-// isNull reports whether a raw JSON value is absent or null.
 // eachInSequence calls f on each element of the list under key of a
 // "Sequence" component (normalizers, pretokenizers, decoders, processors),
 // with the element's field path; it stops at the first error.
@@ -68,6 +67,7 @@ func eachInSequence(raw json.RawMessage, field, key string, f func(json.RawMessa
 	return nil
 }
 
+// isNull reports whether a raw JSON value is absent or null.
 func isNull(raw json.RawMessage) bool {
 	s := bytes.TrimSpace(raw)
 	return len(s) == 0 || string(s) == "null"

@@ -251,11 +251,12 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 
 // checkFlags rejects out-of-range sampling and resource flags.
 func checkFlags(c *cli.Context) error {
+	if err := CheckThreads(c); err != nil {
+		return err
+	}
 	switch {
 	case c.Int("max-tokens") < 0:
 		return fmt.Errorf("--max-tokens %d: want ≥ 0", c.Int("max-tokens"))
-	case c.Int("threads") < 0:
-		return fmt.Errorf("--threads %d: want ≥ 0 (0: all CPUs)", c.Int("threads"))
 	case c.Int("context") < 0:
 		return fmt.Errorf("--context %d: want ≥ 0 (0: the model's max_position_embeddings)", c.Int("context"))
 	case !(c.Float64("temperature") >= 0):
@@ -318,4 +319,13 @@ func sourceBytes(m *format.Metadata) (int64, error) {
 		return m.Provenance.SourceBytes, nil
 	}
 	return 0, errors.New("unknown")
+}
+
+// CheckThreads rejects a negative --threads (0 means all CPUs), for every
+// command with that flag.
+func CheckThreads(c *cli.Context) error {
+	if n := c.Int("threads"); n < 0 {
+		return fmt.Errorf("--threads %d: want ≥ 0 (0: all CPUs)", n)
+	}
+	return nil
 }
