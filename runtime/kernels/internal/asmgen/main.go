@@ -846,49 +846,44 @@ func expSumAVX2(g *gen) {
 
 // ---------------------------------------------------------------- arm64 ---
 
-// Instructions the Go arm64 assembler does not know, as WORDs.
-func faddV(d, n, m int) string { // FADD Vd.4S, Vn.4S, Vm.4S
-	return fmt.Sprintf("WORD $0x%08x // FADD V%d.4S, V%d.4S, V%d.4S", 0x4E20D400|m<<16|n<<5|d, d, n, m)
+// Instructions the Go arm64 assembler does not know, as WORDs: the encoding,
+// then the instruction as a comment.
+func word(enc int, asm string, args ...any) string {
+	return fmt.Sprintf("WORD $0x%08x // "+asm, append([]any{enc}, args...)...)
 }
-func faddpV(d, n, m int) string { // FADDP Vd.4S, Vn.4S, Vm.4S
-	return fmt.Sprintf("WORD $0x%08x // FADDP V%d.4S, V%d.4S, V%d.4S", 0x6E20D400|m<<16|n<<5|d, d, n, m)
+
+// vop3 is a three-register .4S instruction: base | m<<16 | n<<5 | d.
+func vop3(mnemonic string, base, d, n, m int) string {
+	return word(base|m<<16|n<<5|d, mnemonic+" V%d.4S, V%d.4S, V%d.4S", d, n, m)
 }
-func faddpS(d, n int) string { // FADDP Sd, Vn.2S
-	return fmt.Sprintf("WORD $0x%08x // FADDP S%d, V%d.2S", 0x7E30D800|n<<5|d, d, n)
+
+// vop2 is a two-register .4S instruction: base | n<<5 | d.
+func vop2(mnemonic string, base, d, n int) string {
+	return word(base|n<<5|d, mnemonic+" V%d.4S, V%d.4S", d, n)
 }
-func fmulV(d, n, m int) string { // FMUL Vd.4S, Vn.4S, Vm.4S
-	return fmt.Sprintf("WORD $0x%08x // FMUL V%d.4S, V%d.4S, V%d.4S", 0x6E20DC00|m<<16|n<<5|d, d, n, m)
+
+func faddV(d, n, m int) string  { return vop3("FADD", 0x4E20D400, d, n, m) }
+func faddpV(d, n, m int) string { return vop3("FADDP", 0x6E20D400, d, n, m) }
+func fmulV(d, n, m int) string  { return vop3("FMUL", 0x6E20DC00, d, n, m) }
+func fsubV(d, n, m int) string  { return vop3("FSUB", 0x4EA0D400, d, n, m) }
+func fdivV(d, n, m int) string  { return vop3("FDIV", 0x6E20FC00, d, n, m) }
+func fmaxV(d, n, m int) string  { return vop3("FMAX", 0x4E20F400, d, n, m) }
+func fminV(d, n, m int) string  { return vop3("FMIN", 0x4EA0F400, d, n, m) }
+func fnegV(d, n int) string     { return vop2("FNEG", 0x6EA0F800, d, n) }
+func frintnV(d, n int) string   { return vop2("FRINTN", 0x4E218800, d, n) } // to nearest, ties even
+func fcvtzsV(d, n int) string   { return vop2("FCVTZS", 0x4EA1B800, d, n) }
+
+// faddpS is FADDP Sd, Vn.2S.
+func faddpS(d, n int) string { return word(0x7E30D800|n<<5|d, "FADDP S%d, V%d.2S", d, n) }
+
+// shl23V is SHL Vd.4S, Vn.4S, #23.
+func shl23V(d, n int) string {
+	return word(0x4F005400|(32+23)<<16|n<<5|d, "SHL V%d.4S, V%d.4S, #23", d, n)
 }
-func fsubV(d, n, m int) string { // FSUB Vd.4S, Vn.4S, Vm.4S
-	return fmt.Sprintf("WORD $0x%08x // FSUB V%d.4S, V%d.4S, V%d.4S", 0x4EA0D400|m<<16|n<<5|d, d, n, m)
-}
-func fdivV(d, n, m int) string { // FDIV Vd.4S, Vn.4S, Vm.4S
-	return fmt.Sprintf("WORD $0x%08x // FDIV V%d.4S, V%d.4S, V%d.4S", 0x6E20FC00|m<<16|n<<5|d, d, n, m)
-}
-func fmaxV(d, n, m int) string { // FMAX Vd.4S, Vn.4S, Vm.4S
-	return fmt.Sprintf("WORD $0x%08x // FMAX V%d.4S, V%d.4S, V%d.4S", 0x4E20F400|m<<16|n<<5|d, d, n, m)
-}
-func fminV(d, n, m int) string { // FMIN Vd.4S, Vn.4S, Vm.4S
-	return fmt.Sprintf("WORD $0x%08x // FMIN V%d.4S, V%d.4S, V%d.4S", 0x4EA0F400|m<<16|n<<5|d, d, n, m)
-}
-func fnegV(d, n int) string { // FNEG Vd.4S, Vn.4S
-	return fmt.Sprintf("WORD $0x%08x // FNEG V%d.4S, V%d.4S", 0x6EA0F800|n<<5|d, d, n)
-}
-func frintnV(d, n int) string { // FRINTN Vd.4S, Vn.4S (to nearest, ties even)
-	return fmt.Sprintf("WORD $0x%08x // FRINTN V%d.4S, V%d.4S", 0x4E218800|n<<5|d, d, n)
-}
-func fcvtzsV(d, n int) string { // FCVTZS Vd.4S, Vn.4S
-	return fmt.Sprintf("WORD $0x%08x // FCVTZS V%d.4S, V%d.4S", 0x4EA1B800|n<<5|d, d, n)
-}
-func shl23V(d, n int) string { // SHL Vd.4S, Vn.4S, #23
-	return fmt.Sprintf("WORD $0x%08x // SHL V%d.4S, V%d.4S, #23", 0x4F005400|(32+23)<<16|n<<5|d, d, n)
-}
-func fcvtl(d, n int) string { // FCVTL Vd.4S, Vn.4H
-	return fmt.Sprintf("WORD $0x%08x // FCVTL V%d.4S, V%d.4H", 0x0E217800|n<<5|d, d, n)
-}
-func fcvtl2(d, n int) string { // FCVTL2 Vd.4S, Vn.8H
-	return fmt.Sprintf("WORD $0x%08x // FCVTL2 V%d.4S, V%d.8H", 0x4E217800|n<<5|d, d, n)
-}
+
+// fcvtl is FCVTL Vd.4S, Vn.4H; fcvtl2 is FCVTL2 Vd.4S, Vn.8H.
+func fcvtl(d, n int) string  { return word(0x0E217800|n<<5|d, "FCVTL V%d.4S, V%d.4H", d, n) }
+func fcvtl2(d, n int) string { return word(0x4E217800|n<<5|d, "FCVTL2 V%d.4S, V%d.8H", d, n) }
 
 const zeroV = 31 // arm64: V31 holds zeros for the BF16 widening (ZIP with zero)
 
