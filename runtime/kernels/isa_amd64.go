@@ -57,3 +57,7 @@ func archSets() []*kernelSet {
 	}
 	return append(s, avx2Set)
 }
+
+// declaredSets lists every set built for this architecture, whether or not
+// this CPU runs it (TestSetsComplete checks even those it cannot run).
+var declaredSets = []*kernelSet{avx2Set, avx512Set}

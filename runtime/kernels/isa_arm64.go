@@ -25,3 +25,7 @@ var neonSet = &kernelSet{
 
 // archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.
 func archSets() []*kernelSet { return []*kernelSet{neonSet} }
+
+// declaredSets lists every set built for this architecture, whether or not
+// this CPU runs it.
+var declaredSets = []*kernelSet{neonSet}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -722,6 +724,29 @@ func TestMeasureReadBandwidth(t *testing.T) {
 		require.Greater(t, r, 0.0)
 	}
 	t.Logf("read bandwidth over 4 MiB (cache), first pass: %.1f GB/s (%s)", bw[0]/1e9, ISA())
+}
+
+// TestSetsComplete checks that every kernel set built for this architecture,
+// including one this CPU cannot run (AVX-512 here), has every kernel and
+// every tile size: a missing entry would otherwise be a nil call on the
+// machine that picks the set.
+func TestSetsComplete(t *testing.T) {
+	for _, ks := range append(slices.Clone(declaredSets), genericSet) {
+		v := reflect.ValueOf(ks).Elem()
+		for i := 0; i < v.NumField(); i++ {
+			f, name := v.Field(i), v.Type().Field(i).Name
+			switch f.Kind() {
+			case reflect.Func:
+				require.False(t, f.IsNil(), "set %s: %s is nil", ks.name, name)
+			case reflect.Array:
+				for d := 0; d < f.Len(); d++ {
+					require.False(t, f.Index(d).IsNil(), "set %s: %s[%d] is nil", ks.name, name, d)
+				}
+			case reflect.Int:
+				require.Positive(t, f.Int(), "set %s: %s", ks.name, name)
+			}
+		}
+	}
 }
 
 func TestChooseSet(t *testing.T) {
