@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
 )
 
@@ -59,13 +60,13 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 		return Plan{}, err
 	}
 	var nonFFN, ffnLayer int64
+	tiedHead := cfg.TieEmbeddings && !ck.Has("lm_head.weight")
 	for _, n := range ck.Names() {
 		t, _ := ck.Tensor(n)
-		s := int64(t.DType.Size())
+		b := int64(len(t.Data))
 		if opt.DType != 0 {
-			s = int64(outDType(t, opt.DType).Size())
+			b = storedBytes(t, opt, tiedHead)
 		}
-		b := int64(t.Elems()) * s
 		if l, part := ffnPart(n); part != "" {
 			if l == 0 {
 				ffnLayer += b
@@ -75,11 +76,21 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 		nonFFN += b + 64
 	}
 	N, H := int64(cfg.Intermediate), int64(cfg.Hidden)
-	s := ffnLayer / (3 * N * H)
+	// A sliced layer stores three rows of hidden weights per kept neuron.
+	ffnDType := opt.DType
+	if ffnDType == 0 {
+		if t, err := ck.Tensor("model.layers.0.mlp.gate_proj.weight"); err == nil {
+			ffnDType = t.DType
+		}
+	}
+	row, err := ffnDType.RowBytes(cfg.Hidden)
+	if err != nil {
+		row = int(ffnLayer / (3 * N)) // the layer's own bytes per neuron
+	}
 	kept := int64(runtime.RoundCount(gamma, cfg.Intermediate))
 	sliced := int64(hi - lo)
 	file := nonFFN + int64(cfg.Layers)*3*64 + 64*1024 +
-		(int64(cfg.Layers)-sliced)*ffnLayer + sliced*(kept*3*H*s+kept*4+64)
+		(int64(cfg.Layers)-sliced)*ffnLayer + sliced*(kept*3*int64(row)+kept*4+64)
 	ctx := int64(min(context, cfg.MaxPositions))
 	kv := 2 * int64(cfg.Layers) * ctx * int64(cfg.KVHeads*cfg.HeadDim) * 4
 	buffers := ctx*4*int64(cfg.Heads) + int64(cfg.Vocab)*4 + 8*H*4 + 2*N*4
@@ -107,4 +118,18 @@ func ChooseGamma(ck *hf.Checkpoint, opt Options, budget int64, context int) (Pla
 	}
 	return Plan{}, fmt.Errorf("memory budget %d bytes is too small: even gamma %.2f needs %d bytes (file %d + KV cache %d + runtime %d); lower --context or --delta",
 		budget, smallest.Gamma, smallest.Total(), smallest.FileBytes, smallest.KVBytes, smallest.RuntimeBytes)
+}
+
+// storedBytes is the size of tensor t once converted with opt (StoredDType).
+func storedBytes(t format.Tensor, opt Options, tiedHead bool) int64 {
+	dt, _ := StoredDType(t, opt.DType, opt, tiedHead)
+	if len(t.Shape) == 0 {
+		return int64(dt.Size())
+	}
+	last := t.Shape[len(t.Shape)-1]
+	rb, err := dt.RowBytes(last)
+	if err != nil || last == 0 {
+		return int64(len(t.Data))
+	}
+	return int64(t.Elems()/last) * int64(rb)
 }

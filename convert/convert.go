@@ -26,12 +26,14 @@ const ToolVersion = "sinf 0.1.0"
 
 // Options configures Convert. Defaults are the paper's Table 1.
 type Options struct {
-	Gamma, Delta          float64 // fractions of N kept (γ) and kept as base (δ)
-	FirstLayer, LastLayer int     // layer range flags (see ResolveRange)
-	ExplicitRange         bool    // the range was given by the user
-	DType                 format.DType
-	Random                bool   // keep a random γ·N (no scores needed)
-	Seed                  uint64 // for Random
+	Gamma, Delta          float64      // fractions of N kept (γ) and kept as base (δ)
+	FirstLayer, LastLayer int          // layer range flags (see ResolveRange)
+	ExplicitRange         bool         // the range was given by the user
+	DType                 format.DType // stored weight dtype (0: the checkpoint's); see StoredDType
+	HeadDType             format.DType // lm_head, or the tied embedding (0: StoredDType's default)
+	EmbedDType            format.DType // an untied model.embed_tokens (0: StoredDType's default)
+	Random                bool         // keep a random γ·N (no scores needed)
+	Seed                  uint64       // for Random
 	TaskScores            *scores.File
 	ModelScores           *scores.File
 	TaskScoresPath        string
@@ -53,6 +55,9 @@ type Report struct {
 	First, Last    int // resolved range [First, Last)
 	StoredParams   int64
 	OriginalParams int64
+	// Fallbacks lists the tensors stored in another dtype than asked for,
+	// with the reason (rows that are not whole blocks of a block dtype).
+	Fallbacks []string
 }
 
 // Convert writes ck as a .sinf file at out, slicing the FFN layers of the
@@ -79,6 +84,9 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		return nil, err
 	}
 	dtype := opt.DType
+	if dtype.Quantized() && H%format.BlockElems != 0 {
+		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of %d, so no FFN row fits %v blocks: use --dtype f16", ck.Dir, H, format.BlockElems, dtype)
+	}
 	meta := format.Metadata{
 		Config:           ck.ConfigJSON,
 		GenerationConfig: ck.GenerationConfig,
@@ -171,7 +179,11 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 			}
 		default:
 			rep.StoredParams += int64(t.Elems())
-			if err := writeCast(w, t, outDType(t, dtype)); err != nil {
+			dt, why := StoredDType(t, dtype, opt, cfg.TieEmbeddings && !ck.Has("lm_head.weight"))
+			if why != "" {
+				rep.Fallbacks = append(rep.Fallbacks, why)
+			}
+			if err := writeCast(w, t, dt); err != nil {
 				return nil, err
 			}
 		}
@@ -322,6 +334,41 @@ var layerOrder = []string{
 	"post_attention_layernorm.", "mlp.gate_proj.", "mlp.up_proj.", "mlp.down_proj.",
 }
 
+// StoredDType returns the dtype a whole (not sliced) tensor t is stored in
+// when the target dtype is target, and why, when that is not what was asked
+// for. Non-float tensors keep their dtype. With an element target (F32, F16,
+// BF16) every float tensor takes it. With a block target (Q8_0, Q4_0) the
+// default is what llama.cpp's llama-quantize gives for the same type
+// (llama_tensor_get_type, without an importance matrix): 1-D tensors (norms,
+// biases) stay F32; every matrix takes the target, except that the output
+// projection (lm_head, or the embedding of a tied model, tiedHead) of a
+// Q4_0 file is Q8_0, where llama-quantize would write Q6_K, a dtype sinf
+// does not have. opt.HeadDType and opt.EmbedDType (an untied embedding)
+// override that. A matrix whose rows are not whole blocks of 32 falls back
+// to F16, as llama-quantize does, and why says so.
+func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead bool) (dt format.DType, why string) {
+	dt = outDType(t, target)
+	if !target.Quantized() || dt != target {
+		return dt, ""
+	}
+	if len(t.Shape) < 2 {
+		return format.F32, ""
+	}
+	head := t.Name == "lm_head.weight" || tiedHead && t.Name == "model.embed_tokens.weight"
+	switch {
+	case head && opt.HeadDType != 0:
+		dt = opt.HeadDType
+	case head && target == format.Q4_0:
+		dt = format.Q8_0
+	case !head && t.Name == "model.embed_tokens.weight" && opt.EmbedDType != 0:
+		dt = opt.EmbedDType
+	}
+	if _, err := dt.RowBytes(t.Shape[len(t.Shape)-1]); err != nil {
+		return format.F16, fmt.Sprintf("%s %v: rows of %d are not whole %v blocks of %d, stored F16", t.Name, t.Shape, t.Shape[len(t.Shape)-1], dt, format.BlockElems)
+	}
+	return dt, ""
+}
+
 // outDType is the stored dtype: float tensors take the target dtype.
 func outDType(t format.Tensor, target format.DType) format.DType {
 	switch t.DType {
@@ -348,7 +395,11 @@ func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
 		return w.EndTensor()
 	}
 	es := t.DType.Size()
-	buf := make([]byte, chunkElems*dtype.Size())
+	chunkBytes, err := dtype.RowBytes(chunkElems) // chunkElems is whole blocks, and so is every row
+	if err != nil {
+		return fmt.Errorf("tensor %s: %w", t.Name, err)
+	}
+	buf := make([]byte, chunkBytes)
 	for lo := 0; lo < len(t.Data); lo += chunkElems * es {
 		part := format.Tensor{Name: t.Name, DType: t.DType, Data: t.Data[lo:min(lo+chunkElems*es, len(t.Data))]}
 		part.Shape = []int{len(part.Data) / es}
@@ -356,7 +407,15 @@ func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
 		if err != nil {
 			return err
 		}
-		if _, err := out.Write(encode(buf[:0], f, dtype)); err != nil {
+		var enc []byte
+		if dtype.Quantized() {
+			if enc, err = format.Quantize(buf[:0], f, dtype); err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+		} else {
+			enc = encode(buf[:0], f, dtype)
+		}
+		if _, err := out.Write(enc); err != nil {
 			return err
 		}
 	}

@@ -196,6 +196,18 @@ func TestBadDirectory(t *testing.T) {
 			es[2].DType = 9
 			return es
 		}},
+		{"block dtype, partial block", `"model.norm.weight" shape`, "13 is not a multiple of the Q8_0 block size 32", func(es []TensorInfo) []TensorInfo {
+			es[2].DType = Q8_0
+			return es
+		}},
+		{"block dtype, length ≠ shape", `"model.norm.weight" length`, "holds 18", func(es []TensorInfo) []TensorInfo {
+			es[2].DType, es[2].Shape = Q4_0, []int{32}
+			return es
+		}},
+		{"block dtype, scalar", `"model.norm.weight" shape`, "at least one dimension", func(es []TensorInfo) []TensorInfo {
+			es[2].DType, es[2].Shape = Q4_0, nil
+			return es
+		}},
 		{"too many dims", `"model.norm.weight" ndim`, "9 dimensions", func(es []TensorInfo) []TensorInfo {
 			es[2].Shape = []int{1, 1, 1, 1, 1, 1, 1, 1, 13}
 			return es

@@ -26,9 +26,23 @@ const (
 	I32
 	// F64 is IEEE-754 binary64 (score files).
 	F64
+	// Q8_0 is GGML's Q8_0 block quantization (spec §5.2): each run of 32
+	// consecutive elements of a row is a 34-byte block, an F16 scale d then
+	// 32 int8 values q; element = d·q.
+	Q8_0
+	// Q4_0 is GGML's Q4_0 block quantization (spec §5.2): each run of 32
+	// consecutive elements of a row is an 18-byte block, an F16 scale d then
+	// 16 bytes whose low nibbles hold elements 0–15 and high nibbles 16–31,
+	// as unsigned q in 0–15; element = d·(q − 8).
+	Q4_0
 )
 
-// Size returns the size of one element in bytes, or 0 for an unknown dtype.
+// BlockElems is the number of elements in one block of a block-quantized
+// dtype (Q8_0, Q4_0), along a tensor's last dimension (spec §5.2).
+const BlockElems = 32
+
+// Size returns the size of one element in bytes: 0 for a block-quantized
+// dtype (whose sizes are per block, see Block) and for an unknown dtype.
 func (d DType) Size() int {
 	switch d {
 	case F32, I32:
@@ -39,6 +53,55 @@ func (d DType) Size() int {
 		return 8
 	}
 	return 0
+}
+
+// Block returns the elements and bytes of one block: BlockElems and 34 for
+// Q8_0, BlockElems and 18 for Q4_0, and 1 and Size() for the element dtypes.
+// Both are 0 for an unknown dtype.
+func (d DType) Block() (elems, bytes int) {
+	switch d {
+	case Q8_0:
+		return BlockElems, 2 + BlockElems
+	case Q4_0:
+		return BlockElems, 2 + BlockElems/2
+	}
+	if s := d.Size(); s > 0 {
+		return 1, s
+	}
+	return 0, 0
+}
+
+// Known reports whether d is a dtype code of spec §5.1.
+func (d DType) Known() bool { e, _ := d.Block(); return e > 0 }
+
+// Weight reports whether d can store a weight matrix: F32, F16, BF16, Q8_0
+// or Q4_0.
+func (d DType) Weight() bool {
+	switch d {
+	case F32, F16, BF16, Q8_0, Q4_0:
+		return true
+	}
+	return false
+}
+
+// Quantized reports whether d is a block-quantized dtype (Q8_0, Q4_0).
+func (d DType) Quantized() bool { e, _ := d.Block(); return e > 1 }
+
+// RowBytes returns the bytes of n consecutive elements along the last
+// dimension: n·Size() for an element dtype, n/32 blocks for a block dtype.
+// It returns an error naming the dtype when n is not a whole number of
+// blocks (or negative) or d is unknown.
+func (d DType) RowBytes(n int) (int, error) {
+	e, b := d.Block()
+	switch {
+	case e == 0:
+		return 0, fmt.Errorf("unknown dtype %v", d)
+	case n < 0:
+		return 0, fmt.Errorf("negative length %d", n)
+	case n%e != 0:
+		return 0, fmt.Errorf("a row of %d elements is not a whole number of %v blocks of %d", n, d, e)
+	}
+	return n / e * b, nil
 }
 
 // String returns the dtype's name as safetensors spells it ("F32", "BF16", ...).
@@ -54,6 +117,10 @@ func (d DType) String() string {
 		return "I32"
 	case F64:
 		return "F64"
+	case Q8_0:
+		return "Q8_0"
+	case Q4_0:
+		return "Q4_0"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -72,8 +139,12 @@ func ParseDType(s string) (DType, error) {
 		return I32, nil
 	case "F64":
 		return F64, nil
+	case "Q8_0":
+		return Q8_0, nil
+	case "Q4_0":
+		return Q4_0, nil
 	}
-	return 0, fmt.Errorf("unknown dtype %q (want F32, F16, BF16, I32 or F64)", s)
+	return 0, fmt.Errorf("unknown dtype %q (want F32, F16, BF16, I32, F64, Q8_0 or Q4_0)", s)
 }
 
 // F16ToF32 converts an IEEE-754 binary16 bit pattern to float32 exactly,
@@ -157,7 +228,7 @@ func F32ToBF16(f float32) uint16 {
 // MarshalText encodes d as its name, so the metadata key "dtype" reads "BF16".
 // It fails for an unknown dtype.
 func (d DType) MarshalText() ([]byte, error) {
-	if d.Size() == 0 {
+	if !d.Known() {
 		return nil, fmt.Errorf("unknown dtype %v", d)
 	}
 	return []byte(d.String()), nil

@@ -196,7 +196,7 @@ func TestMetadataValidate(t *testing.T) {
 }
 
 func TestDTypeText(t *testing.T) {
-	for _, d := range []DType{F32, F16, BF16, I32, F64} {
+	for _, d := range []DType{F32, F16, BF16, I32, F64, Q8_0, Q4_0} {
 		b, err := d.MarshalText()
 		require.NoError(t, err)
 		var e DType
@@ -206,7 +206,9 @@ func TestDTypeText(t *testing.T) {
 	_, err := DType(0).MarshalText()
 	require.Error(t, err)
 	var e DType
-	require.Error(t, e.UnmarshalText([]byte("Q4_0")))
+	require.Error(t, e.UnmarshalText([]byte("Q4_1")))
+	_, err = DType(8).MarshalText()
+	require.Error(t, err)
 }
 
 func TestDigest(t *testing.T) {

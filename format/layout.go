@@ -2,6 +2,7 @@ package format
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"math"
 	"math/bits"
@@ -154,32 +155,48 @@ func encodeEntry(b []byte, t *TensorInfo) []byte {
 	return b
 }
 
-// byteSize returns product(shape) * elemSize in bytes, and false when the
-// product of max(d, 1) over the dimensions times elemSize exceeds
-// math.MaxInt: 2^63-1, the limit of spec §5, on 64-bit platforms, and the
-// platform's int on 32-bit ones, so that no consumer computing a partial
-// product (Tensor.Elems, bytes per row) in int can overflow.
-func byteSize(shape []uint64, elemSize int) (int64, bool) {
-	whole := uint64(elemSize) // product of max(d, 1): bounds every partial product
-	zero := false
-	for _, d := range shape {
-		if d > uint64(math.MaxInt) {
-			return 0, false
+// byteSize returns the data length of a tensor of dtype d and shape: the
+// product of the dimensions times the element size, or for a block dtype
+// (spec §5.2) the product of the outer dimensions times the bytes of a row of
+// the last. ok is false, with why, when the product of max(dim, 1) times the
+// element (block) size exceeds 2⁶³ − 1 (spec §5) or a block dtype's shape is
+// a scalar or has a last dimension that is not a multiple of the block.
+func byteSize(shape []uint64, d DType) (n int64, why string) {
+	elems, size := d.Block()
+	if elems == 0 {
+		return 0, "unknown dtype"
+	}
+	if elems > 1 {
+		if len(shape) == 0 {
+			return 0, fmt.Sprintf("a %v tensor needs at least one dimension (its rows are blocks of %d)", d, elems)
 		}
-		if d == 0 {
+		if last := shape[len(shape)-1]; last%uint64(elems) != 0 {
+			return 0, fmt.Sprintf("the last dimension %d is not a multiple of the %v block size %d", last, d, elems)
+		}
+	}
+	whole := uint64(size) // product of max(d, 1): bounds every partial product
+	zero := false
+	for i, v := range shape {
+		if v > uint64(math.MaxInt) {
+			return 0, "too large"
+		}
+		if elems > 1 && i == len(shape)-1 {
+			v /= uint64(elems) // blocks per row
+		}
+		if v == 0 {
 			zero = true
 			continue
 		}
-		hi, lo := bits.Mul64(whole, d)
+		hi, lo := bits.Mul64(whole, v)
 		if hi != 0 || lo > uint64(math.MaxInt) {
-			return 0, false
+			return 0, "too large"
 		}
 		whole = lo
 	}
 	if zero {
-		return 0, true
+		return 0, ""
 	}
-	return int64(whole), true
+	return int64(whole), ""
 }
 
 // alignUp rounds n up to a multiple of a (a power of two).

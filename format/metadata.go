@@ -129,7 +129,7 @@ func (m *Metadata) Validate() error {
 			return fmt.Errorf("metadata key %s: want a JSON object, found %.40s", f.key, f.raw)
 		}
 	}
-	if m.DType != 0 && m.DType.Size() == 0 {
+	if m.DType != 0 && !m.DType.Known() {
 		return fmt.Errorf("metadata key dtype: unknown dtype %v", m.DType)
 	}
 	if s := m.Selection; s != nil {

@@ -173,7 +173,7 @@ func (f *File) parseDirectory(db []byte) error {
 			return err
 		}
 		dtype := le.Uint32(db[p:])
-		if dtype > math.MaxUint8 || DType(dtype).Size() == 0 {
+		if dtype > math.MaxUint8 || !DType(dtype).Known() {
 			return errorf(f.path, base+int64(p), field("dtype"), "unknown dtype code %d", dtype)
 		}
 		ndim := uint64(le.Uint32(db[p+4:]))
@@ -190,9 +190,9 @@ func (f *File) parseDirectory(db []byte) error {
 			p += 8
 		}
 		t := TensorInfo{Name: name, DType: DType(dtype), Shape: make([]int, ndim), entryOff: entryOff}
-		want, ok := byteSize(dims, t.DType.Size())
-		if !ok {
-			return errorf(f.path, base+int64(p)-int64(8*ndim), field("shape"), "shape %v of %v is too large", dims, t.DType)
+		want, why := byteSize(dims, t.DType)
+		if why != "" {
+			return errorf(f.path, base+int64(p)-int64(8*ndim), field("shape"), "shape %v of %v: %s", dims, t.DType, why)
 		}
 		for d, v := range dims {
 			t.Shape[d] = int(v)

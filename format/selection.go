@@ -57,7 +57,7 @@ func ValidateIndexMap(idx []int32, n int) error {
 // ValidateSelection checks the sliced layout of a model file against its
 // metadata (spec §6): config.json's hidden_size, intermediate_size (N) and
 // num_hidden_layers; for every layer in the selection, gate_proj, up_proj and
-// down_proj.weight_t of shape [kept, hidden] and one float dtype (metadata
+// down_proj.weight_t of shape [kept, hidden] and one weight dtype (metadata
 // dtype when set), no down_proj.weight, and a valid I32 [kept] neuron_index
 // (ValidateIndexMap); outside the range, no sliced tensors. It reads the
 // index maps (4·kept bytes per layer) but no weights. A file with no
@@ -106,8 +106,8 @@ func (f *File) ValidateSelection() error {
 					"%v, want [%d %d] ([kept, hidden_size])", t.Shape, l.Kept, cfg.Hidden)
 			}
 			switch {
-			case t.DType != F32 && t.DType != F16 && t.DType != BF16:
-				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v is not a float dtype", t.DType)
+			case !t.DType.Weight():
+				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v is not a weight dtype (F32, F16, BF16, Q8_0, Q4_0)", t.DType)
 			case f.meta.DType != 0 && t.DType != f.meta.DType:
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v, metadata dtype is %v", t.DType, f.meta.DType)
 			case dt != 0 && t.DType != dt:

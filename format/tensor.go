@@ -87,9 +87,20 @@ func (t Tensor) I32s() ([]int32, error) {
 	return out, nil
 }
 
-// ToF32 decodes any float tensor (F32, F16, BF16, F64) into a new []float32.
+// ToF32 decodes any float tensor (F32, F16, BF16, F64, and the block dtypes
+// Q8_0 and Q4_0, dequantized) into a new []float32.
 func (t Tensor) ToF32() ([]float32, error) {
 	n := t.Elems()
+	if t.DType.Quantized() {
+		out := make([]float32, n)
+		if len(t.Shape) == 0 || t.Shape[len(t.Shape)-1]%BlockElems != 0 {
+			return nil, fmt.Errorf("tensor %s: shape %v is not whole rows of %v blocks", t.Name, t.Shape, t.DType)
+		}
+		if err := Dequantize(out, t.Data, t.DType); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		return out, nil
+	}
 	if t.DType.Size() == 0 || len(t.Data) != n*t.DType.Size() {
 		return nil, fmt.Errorf("tensor %s: %d bytes do not hold %v of %v", t.Name, len(t.Data), t.Shape, t.DType)
 	}

@@ -155,7 +155,7 @@ func checkTensor(name string, dtype DType, shape []int) (int64, error) {
 	if len(name) == 0 || len(name) > MaxNameLen || !utf8.ValidString(name) {
 		return 0, fmt.Errorf("tensor %q: name must be valid UTF-8 of 1 to %d bytes", name, MaxNameLen)
 	}
-	if dtype.Size() == 0 {
+	if !dtype.Known() {
 		return 0, fmt.Errorf("tensor %q: unknown dtype %v", name, dtype)
 	}
 	if len(shape) > MaxDims {
@@ -168,9 +168,9 @@ func checkTensor(name string, dtype DType, shape []int) (int64, error) {
 		}
 		dims[i] = uint64(d)
 	}
-	size, ok := byteSize(dims, dtype.Size())
-	if !ok {
-		return 0, fmt.Errorf("tensor %q: shape %v of %v is too large", name, shape, dtype)
+	size, why := byteSize(dims, dtype)
+	if why != "" {
+		return 0, fmt.Errorf("tensor %q: shape %v of %v: %s", name, shape, dtype, why)
 	}
 	return size, nil
 }

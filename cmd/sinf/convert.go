@@ -19,7 +19,8 @@ func convertCommand() *cli.Command {
 		Name:  "convert",
 		Usage: "write a slim .sinf file keeping gamma·N FFN neurons per layer in range (base first)",
 		UsageText: "sinf convert --model DIR --task-scores FILE --model-scores FILE [--gamma 0.7] [--delta 0.3]\n" +
-			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16] [--random [--seed S]]\n" +
+			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0 [--head-dtype D] [--embed-dtype D]]\n" +
+			"   [--random [--seed S]]\n" +
 			"   [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
@@ -29,7 +30,10 @@ func convertCommand() *cli.Command {
 			&cli.Float64Flag{Name: "delta", Value: d.Delta, Usage: "delta: fraction of N stored first as base (static) neurons"},
 			&cli.IntFlag{Name: "first-layer", Value: d.FirstLayer, Usage: "first sliced layer (negative: from the end)"},
 			&cli.IntFlag{Name: "last-layer", Value: d.LastLayer, Usage: "end of the sliced range, exclusive (≤ 0: from the end)"},
-			&cli.StringFlag{Name: "dtype", Usage: "stored weight dtype: f32, f16 or bf16 (default: the checkpoint's)"},
+			&cli.StringFlag{Name: "dtype", Usage: "stored weight dtype: f32, f16, bf16, or GGML's block quantizations q8_0 and q4_0 (default: the checkpoint's); " +
+				"with q8_0/q4_0, norms stay f32 and, as llama-quantize does, the output projection of a q4_0 file is stored higher (q8_0 here)"},
+			&cli.StringFlag{Name: "head-dtype", Usage: "dtype of lm_head (or of the tied embedding), overriding the --dtype default"},
+			&cli.StringFlag{Name: "embed-dtype", Usage: "dtype of an untied model.embed_tokens, overriding the --dtype default"},
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
 			&cli.StringFlag{Name: "memory-budget", Usage: "choose the largest gamma whose file + KV cache + runtime fit, e.g. 6.5GiB"},
@@ -52,10 +56,18 @@ func convertCommand() *cli.Command {
 			if showProgress(c) {
 				opt.Progress = c.App.ErrWriter
 			}
-			if s := c.String("dtype"); s != "" {
-				if opt.DType, err = format.ParseDType(s); err != nil || opt.DType == format.I32 || opt.DType == format.F64 {
-					return fmt.Errorf("--dtype %q: want f32, f16 or bf16", s)
+			for _, f := range []struct {
+				name string
+				dst  *format.DType
+			}{{"dtype", &opt.DType}, {"head-dtype", &opt.HeadDType}, {"embed-dtype", &opt.EmbedDType}} {
+				if s := c.String(f.name); s != "" {
+					if *f.dst, err = format.ParseDType(s); err != nil || !f.dst.Weight() {
+						return fmt.Errorf("--%s %q: want f32, f16, bf16, q8_0 or q4_0", f.name, s)
+					}
 				}
+			}
+			if (opt.HeadDType != 0 || opt.EmbedDType != 0) && !opt.DType.Quantized() {
+				return errors.New("--head-dtype and --embed-dtype go with --dtype q8_0 or q4_0")
 			}
 			if !opt.Random {
 				if c.String("task-scores") == "" || c.String("model-scores") == "" {
@@ -85,6 +97,9 @@ func convertCommand() *cli.Command {
 			rep, err := convert.Convert(ck, c.String("out"), opt)
 			if err != nil {
 				return err
+			}
+			for _, f := range rep.Fallbacks {
+				fmt.Fprintf(c.App.ErrWriter, "note: %s (as llama-quantize does)\n", f)
 			}
 			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
 				rep.Path, human(rep.Bytes), human(rep.SourceBytes), 100*float64(rep.Bytes)/float64(rep.SourceBytes),

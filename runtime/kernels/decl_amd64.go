@@ -102,6 +102,24 @@ func cvtPanelsBF16AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre
 //go:noescape
 func gemmTF32AVX2(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
 
+//go:noescape
+func qdotRowsQ8_0AVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpyRowsQ8_0AVX2(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)
+
+//go:noescape
+func qcvtQ8_0AVX2(dst *float32, src unsafe.Pointer, nb int)
+
+//go:noescape
+func qdotRowsQ4_0AVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpyRowsQ4_0AVX2(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)
+
+//go:noescape
+func qcvtQ4_0AVX2(dst *float32, src unsafe.Pointer, nb int)
+
 // AVX512 kernel shapes.
 const (
 	blkAVX512  = 32

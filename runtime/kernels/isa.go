@@ -62,6 +62,19 @@ type kernelSet struct {
 	expSum func(x *float32, n int, m float32) float32
 	// readSum returns a checksum of the n bytes at p (n a multiple of 128).
 	readSum func(p unsafe.Pointer, n int) uint64
+
+	// Block-quantized weights (quant.go), index [q] qIndex of the dtype;
+	// rows are nb whole blocks of 32 weights.
+	//
+	// qdotRows sets dst[j] to Σ_b d_w[b]·xd[b]·Σ_{e<32} q_w[b][e]·xq[32b+e]
+	// over the nb blocks of row r, rows as in dotRows: the row's dot product
+	// with x quantized to int8 blocks (quantizeX).
+	qdotRows [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+	// qaxpyRows adds Σ_{j<m} a[j]·w_r to dst[:32·nb], rows as in dotRows,
+	// skipping a[j] == 0.
+	qaxpyRows [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)
+	// qcvt dequantizes the nb blocks at src into dst[:32·nb].
+	qcvt [2]func(dst *float32, src unsafe.Pointer, nb int)
 }
 
 // dtIndex maps a weight dtype to its index in the kernel tables.
@@ -75,6 +88,13 @@ func dtIndex(d format.DType) int {
 		return 2
 	}
 	panic("kernels: weight dtype " + d.String() + " is not F32, F16 or BF16")
+}
+
+// checkDType panics unless d is a weight dtype the kernels take.
+func checkDType(d format.DType) {
+	if !d.Quantized() {
+		dtIndex(d)
+	}
 }
 
 // genericSet is the portable implementation; it is also the tail handler of
@@ -94,6 +114,9 @@ var genericSet = &kernelSet{
 	readSum:   readSumGo,
 	swiglu:    swigluGo,
 	expSum:    expSumGo,
+	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0Go, qdotRowsQ4_0Go},
+	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0Go, qaxpyRowsQ4_0Go},
+	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},
 }
 
 // kernelSets lists the sets this CPU can run, the preferred one first and the

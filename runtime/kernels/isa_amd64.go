@@ -23,6 +23,9 @@ var avx2Set = &kernelSet{
 	readSum:   readSumAVX2,
 	swiglu:    swigluAVX2,
 	expSum:    expSumAVX2,
+	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
+	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0AVX2, qaxpyRowsQ4_0AVX2},
+	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
 }
 
 var avx512Set = &kernelSet{
@@ -40,6 +43,11 @@ var avx512Set = &kernelSet{
 	readSum:   readSumAVX2, // a read is a read: the 256-bit loop already saturates memory
 	swiglu:    swigluAVX2,  // bound by exp, not memory: 256 bits suffice
 	expSum:    expSumAVX2,
+	// Block-quantized rows: the AVX2 kernels (one block of 32 weights a
+	// step; 512-bit forms unmeasured, as no AVX-512 machine was at hand).
+	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
+	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0AVX2, qaxpyRowsQ4_0AVX2},
+	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
 }
 
 // archSets returns the SIMD sets this CPU supports, best first. AVX2 needs FMA

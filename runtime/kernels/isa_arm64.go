@@ -21,6 +21,10 @@ var neonSet = &kernelSet{
 	readSum:   readSumNEON,
 	swiglu:    swigluNEON,
 	expSum:    expSumNEON,
+	// Block-quantized rows: the portable kernels for now (no NEON forms yet).
+	qdotRows:  genericSet.qdotRows,
+	qaxpyRows: genericSet.qaxpyRows,
+	qcvt:      genericSet.qcvt,
 }
 
 // archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.

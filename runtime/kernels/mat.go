@@ -1,8 +1,9 @@
 // Package kernels holds the numeric kernels of the forward pass: dense and
 // gathered matrix-vector products for decode, matrix-matrix products for
 // prefill, and the neuron-row accumulation of the transposed down_proj. Weights
-// are stored F32, F16 or BF16 (little-endian, read in place from the mapped
-// file); activations and accumulation are float32.
+// are stored F32, F16, BF16 or block-quantized Q8_0 and Q4_0 (little-endian,
+// read in place from the mapped file; quant.go); activations and accumulation
+// are float32.
 //
 // The inner loops are assembly, chosen at run time by CPU feature (see ISA):
 // AVX-512F+BW or AVX2+FMA+F16C on amd64, NEON on arm64, and portable Go
@@ -28,17 +29,20 @@ type Mat struct {
 }
 
 // NewMat views a 2-D tensor as a Mat. It returns an error naming the tensor
-// when it is not 2-D, not F32/F16/BF16, or its length disagrees with its shape.
+// when it is not 2-D, not a weight dtype (F32, F16, BF16, Q8_0, Q4_0), a block
+// dtype's rows are not whole blocks, or its length disagrees with its shape.
 func NewMat(t format.Tensor) (Mat, error) {
 	if len(t.Shape) != 2 {
 		return Mat{}, fmt.Errorf("tensor %s: want 2 dimensions, found shape %v", t.Name, t.Shape)
 	}
-	switch t.DType {
-	case format.F32, format.F16, format.BF16:
-	default:
-		return Mat{}, fmt.Errorf("tensor %s: dtype %v is not a weight dtype (F32, F16, BF16)", t.Name, t.DType)
+	if !t.DType.Weight() {
+		return Mat{}, fmt.Errorf("tensor %s: dtype %v is not a weight dtype (F32, F16, BF16, Q8_0, Q4_0)", t.Name, t.DType)
 	}
-	if len(t.Data) != t.Shape[0]*t.Shape[1]*t.DType.Size() {
+	rb, err := t.DType.RowBytes(t.Shape[1])
+	if err != nil {
+		return Mat{}, fmt.Errorf("tensor %s: shape %v: %w", t.Name, t.Shape, err)
+	}
+	if len(t.Data) != t.Shape[0]*rb {
 		return Mat{}, fmt.Errorf("tensor %s: %d bytes do not hold shape %v of %v", t.Name, len(t.Data), t.Shape, t.DType)
 	}
 	return Mat{DType: t.DType, Rows: t.Shape[0], Cols: t.Shape[1], Data: t.Data}, nil
@@ -47,8 +51,15 @@ func NewMat(t format.Tensor) (Mat, error) {
 // Bytes returns the size of the matrix's data in bytes.
 func (m Mat) Bytes() int { return len(m.Data) }
 
-// RowBytes returns the size of one row in bytes.
-func (m Mat) RowBytes() int { return m.Cols * m.DType.Size() }
+// RowBytes returns the size of one row in bytes (Cols/32 blocks for a block
+// dtype, whose Cols is a multiple of 32).
+func (m Mat) RowBytes() int {
+	if m.DType.Quantized() {
+		_, bb := m.DType.Block()
+		return m.Cols / format.BlockElems * bb
+	}
+	return m.Cols * m.DType.Size()
+}
 
 // row returns the bytes of row r.
 func (m Mat) row(r int) []byte {
@@ -72,6 +83,10 @@ func (m Mat) RowF32(dst []float32, r int) {
 		for i := range dst[:m.Cols] {
 			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 		}
+	case format.Q8_0, format.Q4_0:
+		if m.Cols > 0 {
+			active.qcvt[qIndex(m.DType)](&dst[0], unsafe.Pointer(&b[0]), m.Cols/format.BlockElems)
+		}
 	}
 }
 
@@ -89,8 +104,9 @@ var f16Table = func() *[1 << 16]float32 {
 // arm64 are little-endian) and need this alignment, not more: the data is
 // aligned in .sinf files and in safetensors files whose header length keeps it
 // so, else the loader makes a copy.
+// Block dtypes need none: their 34- and 18-byte blocks are read unaligned.
 func (m Mat) Aligned() bool {
-	return len(m.Data) == 0 || uintptr(unsafe.Pointer(&m.Data[0]))%uintptr(m.DType.Size()) == 0
+	return len(m.Data) == 0 || m.DType.Quantized() || uintptr(unsafe.Pointer(&m.Data[0]))%uintptr(m.DType.Size()) == 0
 }
 
 func dotF32(w, x []float32) float32 {

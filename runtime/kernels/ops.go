@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
@@ -11,7 +13,9 @@ func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 	checkMat(w)
 	checkLen("MatVec x", x, w.Cols)
 	checkLen("MatVec dst", dst, w.Rows)
-	p.run(job{op: opMatVec, ks: active, w: w, dst: dst, x: x}, w.Rows)
+	j := job{op: opMatVec, ks: active, w: w, dst: dst, x: x}
+	p.quantizeX(&j)
+	p.run(j, w.Rows)
 }
 
 // MatVecRows computes dst[j] = W[rows[j],:]·x for j < len(rows): the gathered
@@ -21,7 +25,23 @@ func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
 	checkMat(w)
 	checkLen("MatVecRows x", x, w.Cols)
 	checkLen("MatVecRows dst", dst, len(rows))
-	p.run(job{op: opMatVecRows, ks: active, w: w, dst: dst, x: x, rows: rows}, len(rows))
+	j := job{op: opMatVecRows, ks: active, w: w, dst: dst, x: x, rows: rows}
+	p.quantizeX(&j)
+	p.run(j, len(rows))
+}
+
+// quantizeX gives a MatVec job on block-quantized weights its x quantized to
+// int8 blocks (quantizeX in quant.go), in the caller's scratch.
+func (p *Pool) quantizeX(j *job) {
+	if !j.w.DType.Quantized() {
+		return
+	}
+	s, n := p.scratch[0], j.w.Cols
+	if len(s.xq) < n {
+		s.xq, s.xd = make([]int8, n), make([]float32, n/32+1)
+	}
+	quantizeX(s.xq, s.xd, j.x[:n])
+	j.xq, j.xd = s.xq[:n], s.xd[:n/32]
 }
 
 // AddRows computes dst[c] += Σ_j a[j]·W[rows[j],c]: the neuron-row form of the
@@ -95,10 +115,11 @@ func MatMulRowsT(p *Pool, dst []float32, w Mat, a []float32, T int) {
 }
 
 func checkMat(w Mat) {
-	if w.Rows < 0 || w.Cols < 0 || len(w.Data) < w.Rows*w.RowBytes() {
+	checkDType(w.DType)
+	if w.Rows < 0 || w.Cols < 0 || len(w.Data) < w.Rows*w.RowBytes() ||
+		w.DType.Quantized() && w.Cols%format.BlockElems != 0 {
 		panic(fmt.Sprintf("kernels: %d bytes do not hold a [%d, %d] %v matrix", len(w.Data), w.Rows, w.Cols, w.DType))
 	}
-	dtIndex(w.DType)
 }
 
 func checkLen(what string, s []float32, n int) {
@@ -132,24 +153,38 @@ type job struct {
 	t    int
 	k, v []float32 // Attention: the KV cache
 	attn AttnShape // Attention: the shape
+	xq   []int8    // MatVec on block-quantized weights: x as int8 blocks
+	xd   []float32 // and their scales
 }
 
 // colAlign returns the multiple that the pool keeps the job's ranges to
 // where it can: 16 elements for vector splits (columns, elements), so SIMD
 // column splits stay aligned, and for MatMulRowsT a whole number of gemmT
 // panels as well (48 columns for AVX2's 24); 1 for the others.
+// Block-quantized weights split columns at whole blocks (32) too: there the
+// pool keeps to the multiple always (see alignRequired).
 func (j *job) colAlign() int {
+	q := j.w.DType.Quantized()
 	switch j.op {
 	case opAddRows, opSwiGLU:
+		if q && j.op == opAddRows {
+			return 32
+		}
 		return 16
 	case opMatMulT:
 		a := 16
-		for a%j.ks.tc != 0 {
+		for a%j.ks.tc != 0 || q && a%32 != 0 {
 			a += 16
 		}
 		return a
 	}
 	return 1
+}
+
+// alignRequired reports whether the job's ranges must keep to colAlign even
+// when that leaves workers idle: column splits of block-quantized weights.
+func (j *job) alignRequired() bool {
+	return j.w.DType.Quantized() && (j.op == opAddRows || j.op == opMatMulT)
 }
 
 // do runs the part [lo, hi) of the job's parallel dimension.
@@ -159,11 +194,15 @@ func (j *job) do(lo, hi int, s *scratch) {
 	}
 	switch j.op {
 	case opMatVec:
-		matVecRange(j.ks, j.dst, j.w, nil, j.x, lo, hi)
+		matVecRange(j.ks, j.dst, j.w, nil, j.x, j.xq, j.xd, lo, hi)
 	case opMatVecRows:
-		matVecRange(j.ks, j.dst, j.w, j.rows, j.x, lo, hi)
+		matVecRange(j.ks, j.dst, j.w, j.rows, j.x, j.xq, j.xd, lo, hi)
 	case opAddRows: // [lo, hi) are columns
 		w := j.w
+		if w.DType.Quantized() {
+			qaccumRows(j.ks, qIndex(w.DType), j.dst[lo:hi], unsafe.Add(dataPtr(w), colBytes(w, lo)), w.RowBytes(), w.Rows, j.rows, j.x)
+			return
+		}
 		es := w.DType.Size()
 		accumRows(j.ks, dtIndex(w.DType), es, j.dst[lo:hi],
 			unsafe.Add(dataPtr(w), lo*es), w.RowBytes(), w.Rows, j.rows, j.x, true)
@@ -174,6 +213,15 @@ func (j *job) do(lo, hi int, s *scratch) {
 		}
 		acc := s.acc[:w.Cols]
 		clear(acc)
+		if w.DType.Quantized() {
+			rb := w.RowBytes()
+			if j.rows == nil {
+				qaccumRows(j.ks, qIndex(w.DType), acc, unsafe.Add(dataPtr(w), lo*rb), rb, hi-lo, nil, j.x[lo:hi])
+			} else {
+				qaccumRows(j.ks, qIndex(w.DType), acc, dataPtr(w), rb, w.Rows, j.rows[lo:hi], j.x[lo:hi])
+			}
+			return
+		}
 		d, es, rb := dtIndex(w.DType), w.DType.Size(), w.RowBytes()
 		if j.rows == nil {
 			accumRows(j.ks, d, es, acc, unsafe.Add(dataPtr(w), lo*rb), rb, hi-lo, nil, j.x[lo:hi], true)
@@ -268,7 +316,12 @@ func dot4(ks *kernelSet, d, es int, p, q *[4]unsafe.Pointer, x []float32, n, nb 
 }
 
 // matVecRange computes dst[k] for k in [lo, hi): row k of w, or row rows[k].
-func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32, lo, hi int) {
+// Block-quantized rows take x as int8 blocks (xq, xd).
+func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32, xq []int8, xd []float32, lo, hi int) {
+	if w.DType.Quantized() {
+		qmatVecRange(ks, dst, w, rows, xq, xd, lo, hi)
+		return
+	}
 	d, es, n, rb := dtIndex(w.DType), w.DType.Size(), w.Cols, w.RowBytes()
 	if n == 0 {
 		clear(dst[lo:hi])
@@ -401,7 +454,18 @@ const gemmBlockBytes = 64 << 10
 // micro-kernel runs over every group of gt tokens, so each weight is read from
 // memory once and converted once per gt tokens.
 func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch) {
-	d, es, C, R, rb := dtIndex(w.DType), w.DType.Size(), w.Cols, w.Rows, w.RowBytes()
+	if w.DType.Quantized() {
+		qmatMulRange(ks, dst, w, x, T, lo, hi, s)
+		return
+	}
+	matMulRows(ks, dst, w.Rows, w, 0, x, T, lo, hi)
+}
+
+// matMulRows is matMulRange for rows r in [lo, hi) of a matrix with R rows
+// (dst's row stride), whose rows from first on are those of w (w's row 0 is
+// row first).
+func matMulRows(ks *kernelSet, dst []float32, R int, w Mat, first int, x []float32, T, lo, hi int) {
+	d, es, C, rb := dtIndex(w.DType), w.DType.Size(), w.Cols, w.RowBytes()
 	for t := 0; t < T; t++ {
 		clear(dst[t*R+lo : t*R+hi]) // the micro-kernel adds to dst
 	}
@@ -412,7 +476,7 @@ func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int
 	nb := C &^ (ks.blk - 1)
 	gnb := C &^ (ks.gblk - 1)
 	base := dataPtr(w)
-	row := func(r int) unsafe.Pointer { return unsafe.Add(base, r*rb) }
+	row := func(r int) unsafe.Pointer { return unsafe.Add(base, (r-first)*rb) }
 	block := max(gr, gemmBlockBytes/rb/gr*gr)
 	for r0 := lo; r0 < hi; r0 += block {
 		r1 := min(r0+block, hi)
@@ -466,7 +530,15 @@ var (
 // Tokens go tt at a time through the tt×tc micro-kernel; the last partial
 // group and the last partial panel of a block go through zero-padded scratch.
 func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi int, s *scratch) {
-	d, es, K, C, rb := dtIndex(w.DType), w.DType.Size(), w.Rows, w.Cols, w.RowBytes()
+	K, C, rb := w.Rows, w.Cols, w.RowBytes()
+	// Block-quantized rows are dequantized, a row's columns of the block at
+	// a time, to float32 in s.qw (their dtype index d is then F32's); the
+	// pool splits their columns at whole blocks and cb keeps to them too.
+	quant := w.DType.Quantized()
+	d, es := 0, 4
+	if !quant {
+		d, es = dtIndex(w.DType), w.DType.Size()
+	}
 	for t := 0; t < T; t++ {
 		clear(dst[t*C+lo : t*C+hi])
 	}
@@ -485,6 +557,10 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 			for k0 := 0; k0 < K; k0 += kb {
 				k1 := min(k0+kb, K)
 				for t := 0; t < T; t++ {
+					if quant {
+						qaccumRows(ks, qIndex(w.DType), dst[t*C+c0:t*C+c1], unsafe.Add(base, k0*rb+colBytes(w, c0)), rb, k1-k0, nil, a[t*K+k0:t*K+k1])
+						continue
+					}
 					accumRows(ks, d, es, dst[t*C+c0:t*C+c1], unsafe.Add(base, k0*rb+c0*es), rb, k1-k0, nil, a[t*K+k0:t*K+k1], false)
 				}
 			}
@@ -494,6 +570,16 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 	groups, rem := T/tt, T%tt
 	kc := min(K, gemmKC)
 	cb := min(hi-lo, max(tc, gemmPackBytes/(4*kc)/tc*tc))
+	if quant {
+		a := tc // a whole number of panels and of blocks
+		for a%32 != 0 {
+			a += tc
+		}
+		cb = min(hi-lo, max(a, cb/a*a))
+		if len(s.qw) < cb {
+			s.qw = make([]float32, cb)
+		}
+	}
 	npMax := (cb + tc - 1) / tc
 	pstride := kc * tc // floats per panel
 	need := npMax*pstride + tt*kc + tt*npMax*tc + groups*tt*tc
@@ -518,12 +604,16 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 		for k0 := 0; k0 < K; k0 += kc {
 			n := min(kc, K-k0)
 			for k := 0; k < n; k++ {
-				src := unsafe.Add(base, (k0+k)*rb+c0*es)
+				src := unsafe.Add(base, (k0+k)*rb+colBytes(w, c0))
 				pre := src // the same row of the next block, else of the next column block
 				if k0+kc+k < K {
 					pre = unsafe.Add(src, kc*rb)
 				} else if k0+kc >= K && c1 < hi {
-					pre = unsafe.Add(base, k*rb+c1*es)
+					pre = unsafe.Add(base, k*rb+colBytes(w, c1))
+				}
+				if quant {
+					ks.qcvt[qIndex(w.DType)](&s.qw[0], src, bw/32)
+					src = unsafe.Pointer(&s.qw[0])
 				}
 				if full > 0 {
 					ks.cvtPanels[d](&pack[k*tc], 4*pstride, src, full*tc, pre)
@@ -560,4 +650,51 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 			copy(dst[t*C+c0:t*C+c1], ttail[u*npMax*tc:])
 		}
 	}
+}
+
+// colBytes returns the byte offset of column c (a multiple of 32 for a block
+// dtype) within a row of w.
+func colBytes(w Mat, c int) int {
+	if w.DType.Quantized() {
+		_, bb := w.DType.Block()
+		return c / format.BlockElems * bb
+	}
+	return c * w.DType.Size()
+}
+
+// qmatVecRange is matVecRange for block-quantized rows: x comes quantized
+// to int8 blocks (xq, xd), and the rows of [lo, hi) go in one call.
+func qmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, xd []float32, lo, hi int) {
+	nb, rb := w.Cols/format.BlockElems, w.RowBytes()
+	if nb == 0 {
+		clear(dst[lo:hi])
+		return
+	}
+	base := dataPtr(w)
+	var idx *int32
+	if rows != nil {
+		checkRows(rows[lo:hi], w.Rows)
+		idx = &rows[lo]
+	} else {
+		base = unsafe.Add(base, lo*rb)
+	}
+	ks.qdotRows[qIndex(w.DType)](base, rb, idx, &xq[0], &xd[0], nb, hi-lo, &dst[lo], dotRowsAhead)
+}
+
+// qaccumRows adds Σ_j a[j]·row(j)[:len(dst)] to dst for rows of the block
+// dtype of q table index q (len(dst) a multiple of 32), row(j) at base +
+// r·stride bytes, r = rows[j] (rows nil: r = j), r < nrows. Terms with
+// a[j] == 0 are skipped.
+func qaccumRows(ks *kernelSet, q int, dst []float32, base unsafe.Pointer, stride, nrows int, rows []int32, a []float32) {
+	if len(dst) == 0 || len(a) == 0 {
+		return
+	}
+	var idx *int32
+	if rows != nil {
+		checkRows(rows[:len(a)], nrows)
+		idx = &rows[0]
+	} else if len(a) > nrows {
+		panic(fmt.Sprintf("kernels: row %d out of range [0, %d)", len(a)-1, nrows))
+	}
+	ks.qaxpyRows[q](&dst[0], base, stride, idx, &a[0], len(dst)/format.BlockElems, len(a), dotRowsAhead)
 }

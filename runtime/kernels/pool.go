@@ -38,6 +38,9 @@ type scratch struct {
 	pack []float32 // MatMulRowsT's float32 copy of a weight block
 	acc  []float32 // AddRows's partial sum
 	att  []float32 // Attention's scores for one token-head pair
+	xq   []int8    // the caller's: MatVec's x as int8 blocks (block-quantized weights)
+	xd   []float32 // and their scales
+	qw   []float32 // block-quantized weights dequantized for MatMul and MatMulRowsT
 }
 
 // minChunk is the smallest range worth handing to another worker.
@@ -140,7 +143,7 @@ func (p *Pool) run(j job, n int) (parts int) {
 	}
 	p.cur = j
 	chunk := (n + parts - 1) / parts
-	if a := j.colAlign(); chunk > a {
+	if a := j.colAlign(); chunk > a || j.alignRequired() {
 		chunk = (chunk + a - 1) / a * a
 	}
 	used := 1

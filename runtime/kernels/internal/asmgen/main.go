@@ -149,6 +149,13 @@ func amd64(g *gen) {
 			x.cvtPanels(g, d)
 		}
 		x.gemmT(g)
+		if x.name == "AVX2" {
+			for _, q := range qtypes {
+				x.qdotRows(g, q)
+				x.qaxpyRows(g, q)
+				x.qcvt(g, q)
+			}
+		}
 	}
 	readSumAVX2(g)
 	expTables(g)

@@ -1,0 +1,106 @@
+package format
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Block quantization (spec/sinf.md §5.2). The block layouts and the rounding
+// are GGML's reference quantizers (ggml-quants.c, quantize_row_q8_0_ref and
+// quantize_row_q4_0_ref), so a tensor quantized here holds the same bytes as
+// the same float32 tensor quantized by llama.cpp's llama-quantize (without an
+// importance matrix). Every step is float32 arithmetic, each product rounded
+// to float32 on its own (explicit conversions keep the compiler from fusing a
+// multiply and an add), and the scale is rounded to F16 to nearest even.
+
+// Quantize appends the blocks of src (len a multiple of BlockElems) encoded as
+// the block dtype d (Q8_0 or Q4_0) to dst and returns it. It returns an error
+// for another dtype or a partial block.
+func Quantize(dst []byte, src []float32, d DType) ([]byte, error) {
+	if len(src)%BlockElems != 0 {
+		return dst, fmt.Errorf("%v: %d values are not a whole number of blocks of %d", d, len(src), BlockElems)
+	}
+	switch d {
+	case Q8_0:
+		for b := 0; b < len(src); b += BlockElems {
+			dst = quantizeQ8_0(dst, src[b:b+BlockElems])
+		}
+	case Q4_0:
+		for b := 0; b < len(src); b += BlockElems {
+			dst = quantizeQ4_0(dst, src[b:b+BlockElems])
+		}
+	default:
+		return dst, fmt.Errorf("dtype %v is not a block-quantized dtype", d)
+	}
+	return dst, nil
+}
+
+// quantizeQ8_0 encodes one block: d = max|x|/127, q = round(x/d) (half away
+// from zero), computed as x·(1/d) as GGML does.
+func quantizeQ8_0(dst []byte, x []float32) []byte {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 127
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	dst = binary.LittleEndian.AppendUint16(dst, F32ToF16(d))
+	for _, v := range x {
+		dst = append(dst, byte(int8(math.Round(float64(float32(v*id))))))
+	}
+	return dst
+}
+
+// quantizeQ4_0 encodes one block: m = the value of largest magnitude (the
+// first of equals), d = m/−8, q = min(15, trunc(x/d + 8.5)); element j < 16 in
+// the low nibble of byte j, element 16+j in its high nibble.
+func quantizeQ4_0(dst []byte, x []float32) []byte {
+	var amax, m float32
+	for _, v := range x {
+		if a := float32(math.Abs(float64(v))); amax < a {
+			amax, m = a, v
+		}
+	}
+	d := m / -8
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	dst = binary.LittleEndian.AppendUint16(dst, F32ToF16(d))
+	q := func(v float32) byte { return byte(min(15, int8(float32(v*id)+8.5))) }
+	for j := 0; j < BlockElems/2; j++ {
+		dst = append(dst, q(x[j])|q(x[j+BlockElems/2])<<4)
+	}
+	return dst
+}
+
+// Dequantize decodes the blocks of the block dtype d (Q8_0 or Q4_0) in src
+// into dst, 32 values per block; len(dst) must be the number of blocks × 32.
+func Dequantize(dst []float32, src []byte, d DType) error {
+	_, bb := d.Block()
+	if !d.Quantized() {
+		return fmt.Errorf("dtype %v is not a block-quantized dtype", d)
+	}
+	if len(src)%bb != 0 || len(src)/bb*BlockElems != len(dst) {
+		return fmt.Errorf("%v: %d bytes do not hold %d values", d, len(src), len(dst))
+	}
+	for b := 0; b*bb < len(src); b++ {
+		blk, out := src[b*bb:(b+1)*bb], dst[b*BlockElems:(b+1)*BlockElems]
+		scale := F16ToF32(binary.LittleEndian.Uint16(blk))
+		if d == Q8_0 {
+			for j, q := range blk[2:] {
+				out[j] = float32(int8(q)) * scale
+			}
+			continue
+		}
+		for j, q := range blk[2:] {
+			out[j] = float32(int(q&15)-8) * scale
+			out[j+BlockElems/2] = float32(int(q>>4)-8) * scale
+		}
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package main
+
+import "fmt"
+
+// Block-quantized weights (spec/sinf.md §5.2): rows of nb blocks of 32
+// weights, a block an F16 scale d then 32 int8 (Q8_0, 34 bytes) or 16 bytes
+// of nibbles, elements 0–15 low and 16–31 high, offset by 8 (Q4_0, 18 bytes).
+// The AVX2 kernels below serve the AVX-512 set too: at one block of 32
+// weights per step, 256-bit registers already outrun memory.
+
+type qtype struct {
+	name string // Q8_0, Q4_0
+	bb   int    // bytes per block
+}
+
+var qtypes = []qtype{{"Q8_0", 34}, {"Q4_0", 18}}
+
+// qConsts sets Y14 to sixteen int16 ones, Y13 to bytes 0x0F and Y12 to bytes
+// 8 (R13 is clobbered).
+func qConsts(g *gen) {
+	g.i("VPCMPEQW Y14, Y14, Y14")
+	g.i("VPSRLW $15, Y14, Y14")
+	g.i("MOVL $0x0f0f0f0f, R13")
+	g.i("VMOVD R13, X13")
+	g.i("VPBROADCASTD X13, Y13")
+	g.i("MOVL $0x08080808, R13")
+	g.i("VMOVD R13, X12")
+	g.i("VPBROADCASTD X12, Y12")
+}
+
+// qWeights loads the 32 weights of the block at mem (its scale's address)
+// as signed bytes into Y2 (Q4_0 uses X3 too).
+func qWeights(g *gen, q qtype, mem func(off int) string) {
+	if q.name == "Q8_0" {
+		g.i("VMOVDQU %s, Y2", mem(2))
+		return
+	}
+	g.i("VMOVDQU %s, X2", mem(2))
+	g.i("VPSRLW $4, X2, X3")
+	g.i("VINSERTI128 $1, X3, Y2, Y2")
+	g.i("VPAND Y13, Y2, Y2")
+	g.i("VPSUBB Y12, Y2, Y2")
+}
+
+// qdotRows: dst[j] = Σ_{b<nb} d_w[b]·xd[b]·Σ_{e<32} q_w[b][e]·xq[32b+e] for
+// j < m, rows r as in dotRows (idx, stride; contiguous rows prefetched pf
+// bytes ahead, gathered ones a row ahead). The int8 products go through
+// VPMADDUBSW on |w| and x·sign(w) (|w| ≤ 128, |x| ≤ 127: no saturation),
+// then VPMADDWD to int32, as GGML's AVX2 dot products do.
+func (x x86) qdotRows(g *gen, q qtype) {
+	name := "qdotRows" + q.name + x.name
+	x.text(g, name, 72, "(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)")
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("MOVQ idx+16(FP), R12")
+	g.i("MOVQ nb+40(FP), CX")
+	g.i("MOVQ m+48(FP), BX")
+	g.i("MOVQ dst+56(FP), DI")
+	g.i("MOVQ pf+64(FP), R10")
+	qConsts(g)
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	x86RowStart(g)
+	g.i("MOVQ xq+24(FP), SI")
+	g.i("MOVQ xd+32(FP), DX")
+	g.i("MOVQ CX, R13")
+	g.i("XORQ AX, AX")
+	g.i("VXORPS Y0, Y0, Y0")
+	g.i("VXORPS Y1, Y1, Y1")
+	block := func(k, acc int) {
+		mem := func(off int) string { return fmt.Sprintf("%d(R8)(AX*1)", k*q.bb+off) }
+		qWeights(g, q, mem)
+		g.i("VMOVDQU %d(SI), Y3", 32*k)
+		g.i("VPSIGNB Y2, Y2, Y4")
+		g.i("VPSIGNB Y2, Y3, Y3")
+		g.i("VPMADDUBSW Y3, Y4, Y4")
+		g.i("VPMADDWD Y14, Y4, Y4")
+		g.i("VCVTDQ2PS Y4, Y4")
+		g.i("VPBROADCASTW %s, X5", mem(0))
+		g.i("VCVTPH2PS X5, Y5")
+		g.i("VBROADCASTSS %d(DX), Y6", 4*k)
+		g.i("VMULPS Y6, Y5, Y5")
+		g.i("VFMADD231PS Y5, Y4, Y%d", acc)
+	}
+	g.i("CMPQ R13, $2")
+	g.i("JB one")
+	g.p("pair:")
+	for off := 0; off < 2*q.bb; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
+	}
+	block(0, 0)
+	block(1, 1)
+	g.i("ADDQ $%d, AX", 2*q.bb)
+	g.i("ADDQ $64, SI")
+	g.i("ADDQ $8, DX")
+	g.i("SUBQ $2, R13")
+	g.i("CMPQ R13, $2")
+	g.i("JAE pair")
+	g.p("one:")
+	g.i("TESTQ R13, R13")
+	g.i("JEQ sum")
+	g.i("PREFETCHT0 (R11)(AX*1)")
+	block(0, 0)
+	g.p("sum:")
+	g.i("VADDPS Y1, Y0, Y0")
+	g.i("VEXTRACTF128 $1, Y0, X1")
+	g.i("VADDPS X1, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VMOVSS X0, (DI)")
+	g.i("ADDQ $4, DI")
+	x86RowNext(g)
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// qDequant leaves the 32 weights of the block at (R8)(AX*1) times the
+// float32 broadcast in Y15 in Y0..Y3 (elements 0–7, 8–15, 16–23, 24–31).
+func qDequant(g *gen, q qtype) {
+	g.i("VPBROADCASTW (R8)(AX*1), X5")
+	g.i("VCVTPH2PS X5, Y5")
+	g.i("VMULPS Y15, Y5, Y5")
+	if q.name == "Q8_0" {
+		for k := 0; k < 4; k++ {
+			g.i("VPMOVSXBD %d(R8)(AX*1), Y%d", 2+8*k, k)
+		}
+	} else {
+		g.i("VMOVDQU 2(R8)(AX*1), X6")
+		g.i("VPAND X13, X6, X7")
+		g.i("VPSUBB X12, X7, X7")
+		g.i("VPSRLW $4, X6, X6")
+		g.i("VPAND X13, X6, X6")
+		g.i("VPSUBB X12, X6, X6")
+		g.i("VPMOVSXBD X7, Y0")
+		g.i("VPSRLDQ $8, X7, X7")
+		g.i("VPMOVSXBD X7, Y1")
+		g.i("VPMOVSXBD X6, Y2")
+		g.i("VPSRLDQ $8, X6, X6")
+		g.i("VPMOVSXBD X6, Y3")
+	}
+	for k := 0; k < 4; k++ {
+		g.i("VCVTDQ2PS Y%d, Y%d", k, k)
+	}
+}
+
+// qaxpyRows: dst[e] += Σ_{j<m} a[j]·w_r[e] for e < 32·nb, rows r as in
+// dotRows (idx, stride, pf), the weights dequantized in registers. Terms with
+// a[j] == 0 are skipped.
+func (x x86) qaxpyRows(g *gen, q qtype) {
+	name := "qaxpyRows" + q.name + x.name
+	x.text(g, name, 64, "(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)")
+	g.i("MOVQ w+8(FP), R8")
+	g.i("MOVQ stride+16(FP), R9")
+	g.i("MOVQ idx+24(FP), R12")
+	g.i("MOVQ a+32(FP), SI")
+	g.i("MOVQ nb+40(FP), CX")
+	g.i("MOVQ m+48(FP), BX")
+	g.i("MOVQ pf+56(FP), R10")
+	qConsts(g)
+	g.i("VXORPS X14, X14, X14")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	x86RowStart(g)
+	g.i("VMOVSS (SI), X15")
+	g.i("ADDQ $4, SI")
+	g.i("VUCOMISS X14, X15")
+	g.i("JNE nonzero")
+	g.i("JPS nonzero") // unordered (NaN): add it
+	g.i("JMP skip")
+	g.p("nonzero:")
+	g.i("VBROADCASTSS X15, Y15")
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ CX, R13")
+	g.i("XORQ AX, AX")
+	g.p("blk:")
+	g.i("PREFETCHT0 (R11)(AX*1)")
+	qDequant(g, q)
+	for k := 0; k < 4; k++ {
+		g.i("VFMADD213PS %d(DI), Y5, Y%d", 32*k, k)
+		g.i("VMOVUPS Y%d, %d(DI)", k, 32*k)
+	}
+	g.i("ADDQ $%d, AX", q.bb)
+	g.i("ADDQ $128, DI")
+	g.i("DECQ R13")
+	g.i("JNE blk")
+	g.p("skip:")
+	x86RowNext(g)
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// qcvt: dst[e] = w[e] for e < 32·nb, the nb blocks at src dequantized.
+func (x x86) qcvt(g *gen, q qtype) {
+	name := "qcvt" + q.name + x.name
+	x.text(g, name, 24, "(dst *float32, src unsafe.Pointer, nb int)")
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ src+8(FP), R8")
+	g.i("MOVQ nb+16(FP), CX")
+	qConsts(g)
+	g.i("MOVL $0x3f800000, R13") // 1.0
+	g.i("VMOVD R13, X15")
+	g.i("VBROADCASTSS X15, Y15")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("blk:")
+	qDequant(g, q)
+	for k := 0; k < 4; k++ {
+		g.i("VMULPS Y5, Y%d, Y%d", k, k)
+		g.i("VMOVUPS Y%d, %d(DI)", k, 32*k)
+	}
+	g.i("ADDQ $%d, AX", q.bb)
+	g.i("ADDQ $128, DI")
+	g.i("DECQ CX")
+	g.i("JNE blk")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}

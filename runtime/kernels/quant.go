@@ -1,0 +1,167 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+// Block-quantized weights (Q8_0, Q4_0; spec/sinf.md §5.2). A row of Cols
+// weights is Cols/32 blocks; the kernels take block counts, so there are no
+// tails. Decode dots (MatVec, MatVecRows) quantize x to int8 blocks once per
+// call, with a float32 scale per block, and multiply in integers, as GGML's
+// vec_dot_q8_0_q8_0 and vec_dot_q4_0_q8_0 do; the neuron-row accumulation
+// (AddRows) and prefill (MatMul, MatMulRowsT) dequantize the weights to
+// float32 in registers.
+
+// qIndex maps a block dtype to its index in the kernel sets' q tables.
+func qIndex(d format.DType) int {
+	if d == format.Q4_0 {
+		return 1
+	}
+	return 0
+}
+
+// qBlockBytes is the size of one block of q table index q.
+var qBlockBytes = [2]int{34, 18}
+
+// quantizeX quantizes x (len a multiple of 32) to int8 blocks: per block
+// d = max|x|/127, q = round(x/d) to nearest even, as GGML's AVX2
+// quantize_row_q8_0 rounds; xq gets the values and xd the scales, kept as
+// float32.
+func quantizeX(xq []int8, xd []float32, x []float32) {
+	xq = xq[:len(x)]
+	for b := range xd[:len(x)/32] {
+		blk := x[32*b : 32*b+32]
+		var amax float32
+		for _, v := range blk {
+			amax = max(amax, math.Float32frombits(math.Float32bits(v)&0x7fffffff))
+		}
+		d := amax / 127
+		xd[b] = d
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		q := xq[32*b : 32*b+32]
+		for e, v := range blk {
+			q[e] = int8(math.RoundToEven(float64(float32(v * id)))) // |q| ≤ 127
+		}
+	}
+}
+
+// ---- portable raw kernels ----
+
+func qdotRowsGo(q int, w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32) {
+	bb := qBlockBytes[q]
+	d, qx, dx := xs(dst, m), unsafe.Slice(xq, 32*nb), xs(xd, nb)
+	for j := range d {
+		row := unsafe.Slice((*byte)(rowAt(w, stride, idx, j)), nb*bb)
+		var s float32
+		for b := range dx {
+			blk, xb := row[b*bb:(b+1)*bb], qx[32*b:32*b+32]
+			var sum int32
+			if q == 0 {
+				for e, v := range blk[2:] {
+					sum += int32(int8(v)) * int32(xb[e])
+				}
+			} else {
+				for e, v := range blk[2:] {
+					sum += (int32(v&15)-8)*int32(xb[e]) + (int32(v>>4)-8)*int32(xb[e+16])
+				}
+			}
+			s += f16Table[binary.LittleEndian.Uint16(blk)] * dx[b] * float32(sum)
+		}
+		d[j] = s
+	}
+}
+
+func qdotRowsQ8_0Go(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, _ int) {
+	qdotRowsGo(0, w, stride, idx, xq, xd, nb, m, dst)
+}
+
+func qdotRowsQ4_0Go(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, _ int) {
+	qdotRowsGo(1, w, stride, idx, xq, xd, nb, m, dst)
+}
+
+// qcvtGo dequantizes nb blocks of table index q at src into dst[:32·nb].
+func qcvtGo(q int, dst *float32, src unsafe.Pointer, nb int) {
+	bb := qBlockBytes[q]
+	d, s := xs(dst, 32*nb), unsafe.Slice((*byte)(src), nb*bb)
+	for b := 0; b < nb; b++ {
+		blk, out := s[b*bb:(b+1)*bb], d[32*b:32*b+32]
+		scale := f16Table[binary.LittleEndian.Uint16(blk)]
+		if q == 0 {
+			for e, v := range blk[2:] {
+				out[e] = float32(int8(v)) * scale
+			}
+			continue
+		}
+		for e, v := range blk[2:] {
+			out[e] = float32(int32(v&15)-8) * scale
+			out[e+16] = float32(int32(v>>4)-8) * scale
+		}
+	}
+}
+
+func qcvtQ8_0Go(dst *float32, src unsafe.Pointer, nb int) { qcvtGo(0, dst, src, nb) }
+func qcvtQ4_0Go(dst *float32, src unsafe.Pointer, nb int) { qcvtGo(1, dst, src, nb) }
+
+func qaxpyRowsGo(q int, dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int) {
+	bb := qBlockBytes[q]
+	d := xs(dst, 32*nb)
+	for j, aj := range xs(a, m) {
+		if aj == 0 {
+			continue
+		}
+		row := unsafe.Slice((*byte)(rowAt(w, stride, idx, j)), nb*bb)
+		for b := 0; b < nb; b++ {
+			blk, out := row[b*bb:(b+1)*bb], d[32*b:32*b+32]
+			scale := f16Table[binary.LittleEndian.Uint16(blk)] * aj
+			if q == 0 {
+				for e, v := range blk[2:] {
+					out[e] += float32(int8(v)) * scale
+				}
+				continue
+			}
+			for e, v := range blk[2:] {
+				out[e] += float32(int32(v&15)-8) * scale
+				out[e+16] += float32(int32(v>>4)-8) * scale
+			}
+		}
+	}
+}
+
+func qaxpyRowsQ8_0Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, _ int) {
+	qaxpyRowsGo(0, dst, w, stride, idx, a, nb, m)
+}
+
+func qaxpyRowsQ4_0Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, _ int) {
+	qaxpyRowsGo(1, dst, w, stride, idx, a, nb, m)
+}
+
+// qmatMulRange is matMulRange for block-quantized rows: blocks of rows are
+// dequantized to float32 (about gemmBlockBytes of them) and go through the
+// float32 micro-kernel, so each weight is decoded once per call.
+func qmatMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch) {
+	C, R, rb := w.Cols, w.Rows, w.RowBytes()
+	if C == 0 {
+		for t := 0; t < T; t++ {
+			clear(dst[t*R+lo : t*R+hi])
+		}
+		return
+	}
+	block := max(ks.gr, gemmBlockBytes/(4*C)/ks.gr*ks.gr)
+	if len(s.qw) < block*C {
+		s.qw = make([]float32, block*C)
+	}
+	q := qIndex(w.DType)
+	for r0 := lo; r0 < hi; r0 += block {
+		r1 := min(r0+block, hi)
+		ks.qcvt[q](&s.qw[0], unsafe.Add(dataPtr(w), r0*rb), (r1-r0)*C/format.BlockElems)
+		f := Mat{DType: format.F32, Rows: r1 - r0, Cols: C, Data: unsafe.Slice((*byte)(unsafe.Pointer(&s.qw[0])), 4*(r1-r0)*C)}
+		matMulRows(ks, dst, R, f, r0, x, T, r0, r1)
+	}
+}

@@ -1,0 +1,254 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+var quantDTypes = []format.DType{format.Q8_0, format.Q4_0}
+
+// guarded returns n bytes that end where an inaccessible page begins, so a
+// kernel reading past the last row faults. The memory is never freed (a
+// few pages per test case).
+func guarded(t *testing.T, n int) []byte {
+	t.Helper()
+	ps := unix.Getpagesize()
+	size := (n+ps-1)/ps*ps + ps
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	require.NoError(t, unix.Mprotect(mem[size-ps:], unix.PROT_NONE))
+	return mem[size-ps-n : size-ps]
+}
+
+// randQMat makes a [rows, cols] block-quantized matrix of random normal
+// weights in guarded memory, with its dequantized values in float64.
+func randQMat(t *testing.T, rng *rand.Rand, d format.DType, rows, cols int) testMat {
+	f := make([]float32, rows*cols)
+	for i := range f {
+		f[i] = float32(rng.NormFloat64())
+	}
+	b, err := format.Quantize(nil, f, d)
+	require.NoError(t, err)
+	data := guarded(t, len(b))
+	copy(data, b)
+	deq := make([]float32, len(f))
+	require.NoError(t, format.Dequantize(deq, b, d))
+	vals := make([]float64, len(f))
+	for i, v := range deq {
+		vals[i] = float64(v)
+	}
+	return testMat{Mat{DType: d, Rows: rows, Cols: cols, Data: data}, vals}
+}
+
+// qxBound is the error of a dot product with row r that quantizing x to int8
+// blocks can cause: Σ_e |w_e|·d_b/2 with d_b = max|x| over e's block / 127.
+func (m testMat) qxBound(r int, x []float32) float64 {
+	var s float64
+	for b := 0; b < m.Cols; b += 32 {
+		var amax float64
+		for _, v := range x[b : b+32] {
+			amax = max(amax, math.Abs(float64(v)))
+		}
+		for c := b; c < b+32; c++ {
+			s += math.Abs(m.vals[r*m.Cols+c]) * amax / 127 / 2
+		}
+	}
+	return s
+}
+
+var qCols = []int{32, 64, 96, 160, 576, 2048}
+
+// TestQuantMatVec checks MatVec and MatVecRows on Q8_0 and Q4_0 rows against
+// the float64 product of the dequantized weights and x, within the error that
+// quantizing x to int8 blocks allows, plus 1e-5 of Σ|w·x|; gathered rows
+// include the last one, which ends at a guard page.
+func TestQuantMatVec(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(21, 22))
+			for _, dt := range quantDTypes {
+				for _, cols := range qCols {
+					for _, rows := range []int{1, 3, 17, 70} {
+						m := randQMat(t, rng, dt, rows, cols)
+						x := randVec(rng, cols)
+						dst := make([]float32, rows)
+						MatVec(p, dst, m.Mat, x)
+						for r := range dst {
+							want, scale := m.refDot(r, x)
+							checkClose(t, dst[r], want, 1, m.qxBound(r, x)+1e-5*scale, "MatVec %v [%d,%d] row %d", dt, rows, cols, r)
+						}
+						sel := []int32{int32(rows - 1), 0, int32(rows / 2), int32(rows - 1)}
+						got := make([]float32, len(sel))
+						MatVecRows(p, got, m.Mat, sel, x)
+						for j, r := range sel {
+							want, scale := m.refDot(int(r), x)
+							checkClose(t, got[j], want, 1, m.qxBound(int(r), x)+1e-5*scale, "MatVecRows %v [%d,%d] j %d", dt, rows, cols, j)
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+// TestQuantRawDot compares each set's qdotRows with the generic one on the
+// same int8 x: the integer sums are exact, so only float32 rounding differs.
+func TestQuantRawDot(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, ks := range kernelSets() {
+		for _, dt := range quantDTypes {
+			q := qIndex(dt)
+			for _, nb := range []int{1, 2, 3, 18, 64} {
+				m := randQMat(t, rng, dt, 5, 32*nb)
+				x := randVec(rng, 32*nb)
+				xq, xd := make([]int8, 32*nb), make([]float32, nb)
+				quantizeX(xq, xd, x)
+				got, want := make([]float32, 5), make([]float32, 5)
+				ks.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[0], &xd[0], nb, 5, &got[0], 64)
+				genericSet.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[0], &xd[0], nb, 5, &want[0], 0)
+				for r := range got {
+					_, scale := m.refDot(r, x)
+					checkClose(t, got[r], float64(want[r]), scale, 1e-6, "%s qdotRows %v nb %d row %d", ks.name, dt, nb, r)
+				}
+				deq := make([]float32, 32*nb)
+				ks.qcvt[q](&deq[0], dataPtr(m.Mat), nb)
+				for e, v := range deq {
+					require.Equal(t, float32(m.vals[e]), v, "%s qcvt %v nb %d element %d", ks.name, dt, nb, e)
+				}
+			}
+		}
+	}
+}
+
+// TestQuantAddRows checks AddRows (contiguous and gathered rows, zero terms
+// skipped, columns split across workers) on block-quantized rows.
+func TestQuantAddRows(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(25, 26))
+			for _, dt := range quantDTypes {
+				for _, cols := range qCols {
+					rows := 60
+					m := randQMat(t, rng, dt, rows, cols)
+					for _, gathered := range []bool{false, true} {
+						for _, k := range []int{1, 4, 13, 37, 60} {
+							var sel []int32
+							if gathered {
+								sel = make([]int32, k)
+								for i := range sel {
+									sel[i] = int32(rng.IntN(rows))
+								}
+								sel[k-1] = int32(rows - 1)
+							}
+							a := randVec(rng, k)
+							for i := range a {
+								if rng.IntN(4) == 0 {
+									a[i] = 0
+								}
+							}
+							dst0 := randVec(rng, cols)
+							dst := append([]float32(nil), dst0...)
+							AddRows(p, dst, m.Mat, sel, a)
+							for c := range dst {
+								want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
+								for j := range a {
+									r := j
+									if gathered {
+										r = int(sel[j])
+									}
+									v := float64(a[j]) * m.vals[r*cols+c]
+									want += v
+									scale += math.Abs(v)
+								}
+								checkClose(t, dst[c], want, scale, 1e-5, "AddRows %v cols %d k %d gathered %v col %d", dt, cols, k, gathered, c)
+							}
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+// TestQuantMatMul checks prefill's MatMul and MatMulRowsT on block-quantized
+// weights (dequantized to float32 in blocks) against float64 references.
+func TestQuantMatMul(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(27, 28))
+			shapes := [][2]int{{1, 32}, {7, 64}, {33, 96}, {50, 576}}
+			if !raceOn {
+				shapes = append(shapes, [2]int{40, 2048})
+			}
+			for _, dt := range quantDTypes {
+				for _, sh := range shapes {
+					rows, cols := sh[0], sh[1]
+					m := randQMat(t, rng, dt, rows, cols)
+					for _, T := range []int{1, 3, 4, 9, 37} {
+						x := randVec(rng, T*cols)
+						dst := make([]float32, T*rows)
+						MatMul(p, dst, m.Mat, x, T)
+						for u := 0; u < T; u++ {
+							for r := 0; r < rows; r++ {
+								want, scale := m.refDot(r, x[u*cols:(u+1)*cols])
+								checkClose(t, dst[u*rows+r], want, scale, 1e-5, "MatMul %v [%d,%d] T=%d t=%d r=%d", dt, rows, cols, T, u, r)
+							}
+						}
+						// The same matrix as the transposed down_proj [K=rows, C=cols].
+						a := randVec(rng, T*rows)
+						for i := range a {
+							if rng.IntN(5) == 0 {
+								a[i] = 0
+							}
+						}
+						out := randVec(rng, T*cols) // overwritten
+						MatMulRowsT(p, out, m.Mat, a, T)
+						for u := 0; u < T; u++ {
+							for c := 0; c < cols; c++ {
+								var want, scale float64
+								for k := 0; k < rows; k++ {
+									v := float64(a[u*rows+k]) * m.vals[k*cols+c]
+									want += v
+									scale += math.Abs(v)
+								}
+								checkClose(t, out[u*cols+c], want, scale, 1e-5, "MatMulRowsT %v [%d,%d] T=%d t=%d c=%d", dt, rows, cols, T, u, c)
+							}
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+// TestQuantRowF32 checks the embedding lookup of a quantized matrix decodes
+// exactly what format.Dequantize does.
+func TestQuantRowF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	for _, dt := range quantDTypes {
+		m := randQMat(t, rng, dt, 4, 96)
+		got := make([]float32, 96)
+		m.RowF32(got, 3)
+		for c, v := range got {
+			require.Equal(t, float32(m.vals[3*96+c]), v, "%v col %d", dt, c)
+		}
+	}
+}
+
+// TestQuantNewMat checks the shape rules of block-quantized matrices.
+func TestQuantNewMat(t *testing.T) {
+	_, err := NewMat(format.Tensor{Name: "w", DType: format.Q8_0, Shape: []int{2, 40}, Data: make([]byte, 2*34)})
+	require.ErrorContains(t, err, "not a whole number of Q8_0 blocks")
+	_, err = NewMat(format.Tensor{Name: "w", DType: format.Q4_0, Shape: []int{2, 64}, Data: make([]byte, 71)})
+	require.ErrorContains(t, err, "71 bytes do not hold")
+	m, err := NewMat(format.Tensor{Name: "w", DType: format.Q4_0, Shape: []int{2, 64}, Data: make([]byte, 72)})
+	require.NoError(t, err)
+	require.Equal(t, 36, m.RowBytes())
+	require.True(t, m.Aligned())
+}
