@@ -25,6 +25,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
@@ -121,6 +122,9 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 	if c.HeadDim > 256 {
 		return nil, fmt.Errorf("cuda: head_dim %d above 256 is not supported", c.HeadDim)
 	}
+	if d, ok := quantizedWeights(m); ok {
+		return nil, fmt.Errorf("cuda: %v weights are not supported by the CUDA backend yet; run this file on the CPU (without --device cuda) or convert with --dtype f16", d)
+	}
 	s := &Session{m: m, be: be, info: be.deviceInfo(), ctx: ctx, layers: make([]devLayer, c.Layers)}
 	defer func() {
 		if err != nil {
@@ -185,6 +189,22 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 		return nil, err
 	}
 	return s, be.sync()
+}
+
+// quantizedWeights returns the dtype of the first block-quantized matrix of
+// m (Q8_0, Q4_0), which the CUDA kernels do not take.
+func quantizedWeights(m *runtime.Model) (format.DType, bool) {
+	mats := []kernels.Mat{m.Embed, m.LMHead}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		mats = append(mats, l.Q, l.K, l.V, l.O, l.MLP.Gate, l.MLP.Up, l.MLP.Down, l.MLP.DownT)
+	}
+	for _, w := range mats {
+		if w.DType.Quantized() {
+			return w.DType, true
+		}
+	}
+	return 0, false
 }
 
 // placeWeights hands every weight matrix's bytes (each distinct view once:

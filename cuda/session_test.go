@@ -3,11 +3,13 @@ package cuda
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
 	"github.com/selectinfer/sinf/runtime"
 )
@@ -147,4 +149,17 @@ func TestUnavailableWithoutTag(t *testing.T) {
 	defer ck.Close()
 	_, err = Open(m, Options{})
 	require.ErrorContains(t, err, "built without the cuda tag")
+}
+
+// TestQuantizedRefused: block-quantized weights, which the CUDA kernels do
+// not take yet, are refused with an error naming the dtype, not run wrong.
+func TestQuantizedRefused(t *testing.T) {
+	mc := testModels(t)[0]
+	m := *mc.model
+	m.Layers = slices.Clone(m.Layers)
+	up := m.Layers[len(m.Layers)-1].MLP.Up
+	up.DType = format.Q4_0
+	m.Layers[len(m.Layers)-1].MLP.Up = up
+	_, err := newSession(&m, newRefBackend(testPool(t)), Options{Context: 16})
+	require.ErrorContains(t, err, "Q4_0 weights are not supported by the CUDA backend")
 }

@@ -91,6 +91,21 @@ func benchMat(sh benchShape, d format.DType) Mat {
 		}
 	}
 	n := sh.rows * sh.cols
+	if d.Quantized() {
+		f := make([]float32, n)
+		s := rng.Uint64()
+		for i := range f {
+			s ^= s << 13
+			s ^= s >> 7
+			s ^= s << 17
+			f[i] = math.Float32frombits(t32[s%tn])
+		}
+		b, err := format.Quantize(nil, f, d)
+		if err != nil {
+			panic(err)
+		}
+		return Mat{DType: d, Rows: sh.rows, Cols: sh.cols, Data: b}
+	}
 	b := make([]byte, n*d.Size())
 	s := rng.Uint64()
 	for i := 0; i < n; i++ {
@@ -125,7 +140,7 @@ func benchVec(n int) []float32 {
 // forBench runs f for every dtype and thread count under name/shape.
 func forBench(b *testing.B, shapes []benchShape, f func(b *testing.B, p *Pool, sh benchShape, d format.DType)) {
 	for _, sh := range shapes {
-		for _, d := range weightDTypes {
+		for _, d := range append(weightDTypes, quantDTypes...) {
 			for _, th := range benchThreads {
 				b.Run(fmt.Sprintf("%s/%v/t%d", sh.name, d, th), func(b *testing.B) {
 					p := NewPool(th)

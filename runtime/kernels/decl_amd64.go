@@ -218,6 +218,9 @@ func gemmTF32AVX512(w unsafe.Pointer, wstride int, a *float32, astride int, dst 
 func readSumAVX2(p unsafe.Pointer, n int) uint64
 
 //go:noescape
+func quantizeXAVX2(xq *int8, xd *float32, x *float32, nb int)
+
+//go:noescape
 func swigluAVX2(gate, up *float32, n int)
 
 //go:noescape

@@ -66,15 +66,19 @@ type kernelSet struct {
 	// Block-quantized weights (quant.go), index [q] qIndex of the dtype;
 	// rows are nb whole blocks of 32 weights.
 	//
-	// qdotRows sets dst[j] to Σ_b d_w[b]·xd[b]·Σ_{e<32} q_w[b][e]·xq[32b+e]
+	// qdotRows sets dst[j] to Σ_b d_w[b]·xd[b]·Σ_{e<32} q_w[b][e]·q_x[b][e]
 	// over the nb blocks of row r, rows as in dotRows: the row's dot product
-	// with x quantized to int8 blocks (quantizeX).
+	// with x quantized to int8 blocks by quantizeX (q_x[b] at xq + 64b; see
+	// there for the rest of the layout).
 	qdotRows [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 	// qaxpyRows adds Σ_{j<m} a[j]·w_r to dst[:32·nb], rows as in dotRows,
 	// skipping a[j] == 0.
 	qaxpyRows [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)
 	// qcvt dequantizes the nb blocks at src into dst[:32·nb].
 	qcvt [2]func(dst *float32, src unsafe.Pointer, nb int)
+	// quantizeX quantizes the 32·nb floats at x to int8 blocks as the
+	// portable quantizeX does, with the same results.
+	quantizeX func(xq *int8, xd *float32, x *float32, nb int)
 }
 
 // dtIndex maps a weight dtype to its index in the kernel tables.
@@ -117,6 +121,7 @@ var genericSet = &kernelSet{
 	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0Go, qdotRowsQ4_0Go},
 	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0Go, qaxpyRowsQ4_0Go},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},
+	quantizeX: quantizeXGo,
 }
 
 // kernelSets lists the sets this CPU can run, the preferred one first and the

@@ -26,6 +26,7 @@ var avx2Set = &kernelSet{
 	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
 	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0AVX2, qaxpyRowsQ4_0AVX2},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
+	quantizeX: quantizeXAVX2,
 }
 
 var avx512Set = &kernelSet{
@@ -48,6 +49,7 @@ var avx512Set = &kernelSet{
 	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
 	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0AVX2, qaxpyRowsQ4_0AVX2},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
+	quantizeX: quantizeXAVX2,
 }
 
 // archSets returns the SIMD sets this CPU supports, best first. AVX2 needs FMA

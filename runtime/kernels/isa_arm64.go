@@ -25,6 +25,7 @@ var neonSet = &kernelSet{
 	qdotRows:  genericSet.qdotRows,
 	qaxpyRows: genericSet.qaxpyRows,
 	qcvt:      genericSet.qcvt,
+	quantizeX: genericSet.quantizeX,
 }
 
 // archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.

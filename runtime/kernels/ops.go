@@ -37,11 +37,11 @@ func (p *Pool) quantizeX(j *job) {
 		return
 	}
 	s, n := p.scratch[0], j.w.Cols
-	if len(s.xq) < n {
-		s.xq, s.xd = make([]int8, n), make([]float32, n/32+1)
+	if len(s.xq) < 2*n {
+		s.xq, s.xd = make([]int8, 2*n), make([]float32, 2*(n/32)+1)
 	}
-	quantizeX(s.xq, s.xd, j.x[:n])
-	j.xq, j.xd = s.xq[:n], s.xd[:n/32]
+	j.ks.quantizeX(&s.xq[0], &s.xd[0], &j.x[0], n/32)
+	j.xq, j.xd = s.xq[:2*n], s.xd[:2*(n/32)]
 }
 
 // AddRows computes dst[c] += Σ_j a[j]·W[rows[j],c]: the neuron-row form of the

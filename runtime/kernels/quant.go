@@ -27,13 +27,16 @@ func qIndex(d format.DType) int {
 // qBlockBytes is the size of one block of q table index q.
 var qBlockBytes = [2]int{34, 18}
 
-// quantizeX quantizes x (len a multiple of 32) to int8 blocks: per block
+// quantizeX quantizes x (len a multiple of 32) to int8 blocks: per block b,
 // d = max|x|/127, q = round(x/d) to nearest even, as GGML's AVX2
-// quantize_row_q8_0 rounds; xq gets the values and xd the scales, kept as
-// float32.
+// quantize_row_q8_0 rounds. xq (2·len(x) bytes) gets 64 bytes a block: the
+// 32 values q, then d eight times as float32 (for the AVX2 dot, which
+// multiplies by it from memory); xd[b] = d, and xd[nb+b] = (8·Σ q)·d, the
+// correction the Q4_0 dot subtracts (see qdotRows).
 func quantizeX(xq []int8, xd []float32, x []float32) {
-	xq = xq[:len(x)]
-	for b := range xd[:len(x)/32] {
+	nb := len(x) / 32
+	xq, xd = xq[:2*len(x)], xd[:2*nb]
+	for b := range nb {
 		blk := x[32*b : 32*b+32]
 		var amax float32
 		for _, v := range blk {
@@ -45,23 +48,35 @@ func quantizeX(xq []int8, xd []float32, x []float32) {
 		if d != 0 {
 			id = 1 / d
 		}
-		q := xq[32*b : 32*b+32]
+		q := xq[64*b : 64*b+32]
+		var sum int32
 		for e, v := range blk {
 			q[e] = int8(math.RoundToEven(float64(float32(v * id)))) // |q| ≤ 127
+			sum += int32(q[e])
+		}
+		xd[nb+b] = float32(8*sum) * d
+		for i := range 8 {
+			binary.LittleEndian.PutUint32(unsafe.Slice((*byte)(unsafe.Pointer(&xq[64*b+32+4*i])), 4), math.Float32bits(d))
 		}
 	}
 }
 
 // ---- portable raw kernels ----
 
+func quantizeXGo(xq *int8, xd *float32, x *float32, nb int) {
+	if nb > 0 {
+		quantizeX(unsafe.Slice(xq, 64*nb), xs(xd, 2*nb), xs(x, 32*nb))
+	}
+}
+
 func qdotRowsGo(q int, w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32) {
 	bb := qBlockBytes[q]
-	d, qx, dx := xs(dst, m), unsafe.Slice(xq, 32*nb), xs(xd, nb)
+	d, qx, dx := xs(dst, m), unsafe.Slice(xq, 64*nb), xs(xd, nb)
 	for j := range d {
 		row := unsafe.Slice((*byte)(rowAt(w, stride, idx, j)), nb*bb)
 		var s float32
 		for b := range dx {
-			blk, xb := row[b*bb:(b+1)*bb], qx[32*b:32*b+32]
+			blk, xb := row[b*bb:(b+1)*bb], qx[64*b:64*b+32]
 			var sum int32
 			if q == 0 {
 				for e, v := range blk[2:] {

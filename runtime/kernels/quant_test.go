@@ -107,7 +107,11 @@ func TestQuantRawDot(t *testing.T) {
 			for _, nb := range []int{1, 2, 3, 18, 64} {
 				m := randQMat(t, rng, dt, 5, 32*nb)
 				x := randVec(rng, 32*nb)
-				xq, xd := make([]int8, 32*nb), make([]float32, nb)
+				if nb == 3 {
+					clear(x[32:64]) // an all-zero block: d = 0
+					x[70] = 127     // and a value the scale maps to exactly 127
+				}
+				xq, xd := make([]int8, 64*nb), make([]float32, 2*nb)
 				quantizeX(xq, xd, x)
 				got, want := make([]float32, 5), make([]float32, 5)
 				ks.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[0], &xd[0], nb, 5, &got[0], 64)
@@ -116,6 +120,10 @@ func TestQuantRawDot(t *testing.T) {
 					_, scale := m.refDot(r, x)
 					checkClose(t, got[r], float64(want[r]), scale, 1e-6, "%s qdotRows %v nb %d row %d", ks.name, dt, nb, r)
 				}
+				gq, gd := make([]int8, 64*nb), make([]float32, 2*nb)
+				ks.quantizeX(&gq[0], &gd[0], &x[0], nb)
+				require.Equal(t, xq, gq, "%s quantizeX nb %d", ks.name, nb)
+				require.Equal(t, xd, gd, "%s quantizeX nb %d", ks.name, nb)
 				deq := make([]float32, 32*nb)
 				ks.qcvt[q](&deq[0], dataPtr(m.Mat), nb)
 				for e, v := range deq {

@@ -158,6 +158,7 @@ func amd64(g *gen) {
 		}
 	}
 	readSumAVX2(g)
+	quantizeXAVX2(g)
 	expTables(g)
 	swigluAVX2(g)
 	expSumAVX2(g)

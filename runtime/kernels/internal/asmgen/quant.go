@@ -42,11 +42,16 @@ func qWeights(g *gen, q qtype, mem func(off int) string) {
 	g.i("VPSUBB Y12, Y2, Y2")
 }
 
-// qdotRows: dst[j] = Σ_{b<nb} d_w[b]·xd[b]·Σ_{e<32} q_w[b][e]·xq[32b+e] for
+// qdotRows: dst[j] = Σ_{b<nb} d_w[b]·d_x[b]·Σ_{e<32} q_w[b][e]·q_x[b][e] for
 // j < m, rows r as in dotRows (idx, stride; contiguous rows prefetched pf
-// bytes ahead, gathered ones a row ahead). The int8 products go through
-// VPMADDUBSW on |w| and x·sign(w) (|w| ≤ 128, |x| ≤ 127: no saturation),
-// then VPMADDWD to int32, as GGML's AVX2 dot products do.
+// bytes ahead, gathered ones a row ahead). x comes as quantizeX leaves it:
+// 64 bytes a block at xq (32 int8 q_x, then d_x eight times as float32) and
+// at xd[nb+b] the Q4_0 correction 8·d_x·Σ_e q_x[b][e]. The scales d_w are
+// read from the F16 table f16Table (a load, not a conversion). Q8_0: the
+// int8 products go through VPMADDUBSW on |w| and x·sign(w) (|w| ≤ 128,
+// |x| ≤ 127: no saturation), then VPMADDWD to int32, as GGML's AVX2 dot
+// products do. Q4_0 multiplies the unsigned nibbles q (0..15) by x directly
+// and subtracts d_w times the correction: Σ (q−8)·x = Σ q·x − 8·Σ x.
 func (x x86) qdotRows(g *gen, q qtype) {
 	name := "qdotRows" + q.name + x.name
 	x.text(g, name, 72, "(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)")
@@ -57,6 +62,7 @@ func (x x86) qdotRows(g *gen, q qtype) {
 	g.i("MOVQ m+48(FP), BX")
 	g.i("MOVQ dst+56(FP), DI")
 	g.i("MOVQ pf+64(FP), R10")
+	g.i("MOVQ ·f16Table(SB), R14")
 	qConsts(g)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
@@ -64,26 +70,40 @@ func (x x86) qdotRows(g *gen, q qtype) {
 	g.i("MOVQ xq+24(FP), SI")
 	g.i("MOVQ xd+32(FP), DX")
 	g.i("MOVQ CX, R13")
+	g.i("NEGQ R13") // R13 counts blocks up from −nb (MOVWLZX needs R13 free: R15 counts)
+	g.i("MOVQ R13, R15")
 	g.i("XORQ AX, AX")
 	g.i("VXORPS Y0, Y0, Y0")
 	g.i("VXORPS Y1, Y1, Y1")
+	g.i("VXORPS X9, X9, X9")
+	g.i("VXORPS X10, X10, X10")
 	block := func(k, acc int) {
 		mem := func(off int) string { return fmt.Sprintf("%d(R8)(AX*1)", k*q.bb+off) }
-		qWeights(g, q, mem)
-		g.i("VMOVDQU %d(SI), Y3", 32*k)
-		g.i("VPSIGNB Y2, Y2, Y4")
-		g.i("VPSIGNB Y2, Y3, Y3")
-		g.i("VPMADDUBSW Y3, Y4, Y4")
+		if q.name == "Q8_0" {
+			g.i("VMOVDQU %s, Y2", mem(2))
+			g.i("VMOVDQU %d(SI), Y3", 64*k)
+			g.i("VPSIGNB Y2, Y2, Y4")
+			g.i("VPSIGNB Y2, Y3, Y3")
+			g.i("VPMADDUBSW Y3, Y4, Y4")
+		} else {
+			g.i("VMOVDQU %s, X2", mem(2))
+			g.i("VPSRLW $4, X2, X3")
+			g.i("VINSERTI128 $1, X3, Y2, Y2")
+			g.i("VPAND Y13, Y2, Y2")
+			g.i("VPMADDUBSW %d(SI), Y2, Y4", 64*k)
+		}
 		g.i("VPMADDWD Y14, Y4, Y4")
 		g.i("VCVTDQ2PS Y4, Y4")
-		g.i("VPBROADCASTW %s, X5", mem(0))
-		g.i("VCVTPH2PS X5, Y5")
-		g.i("VBROADCASTSS %d(DX), Y6", 4*k)
-		g.i("VMULPS Y6, Y5, Y5")
-		g.i("VFMADD231PS Y5, Y4, Y%d", acc)
+		g.i("MOVWLZX %s, R13", mem(0))
+		g.i("VBROADCASTSS (R14)(R13*4), Y5") // d_w
+		if q.name == "Q4_0" {
+			g.i("VFMADD231SS %d(DX)(CX*4), X5, X%d", 4*k, 9+k)
+		}
+		g.i("VMULPS Y5, Y4, Y4")
+		g.i("VFMADD231PS %d(SI), Y4, Y%d", 64*k+32, acc) // · d_x
 	}
-	g.i("CMPQ R13, $2")
-	g.i("JB one")
+	g.i("CMPQ R15, $-2")
+	g.i("JG one")
 	g.p("pair:")
 	for off := 0; off < 2*q.bb; off += 64 {
 		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
@@ -91,13 +111,13 @@ func (x x86) qdotRows(g *gen, q qtype) {
 	block(0, 0)
 	block(1, 1)
 	g.i("ADDQ $%d, AX", 2*q.bb)
-	g.i("ADDQ $64, SI")
+	g.i("ADDQ $128, SI")
 	g.i("ADDQ $8, DX")
-	g.i("SUBQ $2, R13")
-	g.i("CMPQ R13, $2")
-	g.i("JAE pair")
+	g.i("ADDQ $2, R15")
+	g.i("CMPQ R15, $-2")
+	g.i("JLE pair")
 	g.p("one:")
-	g.i("TESTQ R13, R13")
+	g.i("TESTQ R15, R15")
 	g.i("JEQ sum")
 	g.i("PREFETCHT0 (R11)(AX*1)")
 	block(0, 0)
@@ -107,6 +127,10 @@ func (x x86) qdotRows(g *gen, q qtype) {
 	g.i("VADDPS X1, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
+	if q.name == "Q4_0" {
+		g.i("VADDSS X10, X9, X9")
+		g.i("VSUBSS X9, X0, X0")
+	}
 	g.i("VMOVSS X0, (DI)")
 	g.i("ADDQ $4, DI")
 	x86RowNext(g)
@@ -116,11 +140,12 @@ func (x x86) qdotRows(g *gen, q qtype) {
 	g.p("")
 }
 
-// qDequant leaves the 32 weights of the block at (R8)(AX*1) times the
-// float32 broadcast in Y15 in Y0..Y3 (elements 0–7, 8–15, 16–23, 24–31).
+// qDequant leaves the 32 weights q of the block at (R8)(AX*1) as float32 in
+// Y0..Y3 (elements 0–7, 8–15, 16–23, 24–31) and its scale d (from the F16
+// table at R14; R13 is clobbered) times the float32 broadcast in Y15 in Y5.
 func qDequant(g *gen, q qtype) {
-	g.i("VPBROADCASTW (R8)(AX*1), X5")
-	g.i("VCVTPH2PS X5, Y5")
+	g.i("MOVWLZX (R8)(AX*1), R13")
+	g.i("VBROADCASTSS (R14)(R13*4), Y5")
 	g.i("VMULPS Y15, Y5, Y5")
 	if q.name == "Q8_0" {
 		for k := 0; k < 4; k++ {
@@ -158,6 +183,7 @@ func (x x86) qaxpyRows(g *gen, q qtype) {
 	g.i("MOVQ nb+40(FP), CX")
 	g.i("MOVQ m+48(FP), BX")
 	g.i("MOVQ pf+56(FP), R10")
+	g.i("MOVQ ·f16Table(SB), R14")
 	qConsts(g)
 	g.i("VXORPS X14, X14, X14")
 	g.i("TESTQ CX, CX")
@@ -174,7 +200,7 @@ func (x x86) qaxpyRows(g *gen, q qtype) {
 	g.p("nonzero:")
 	g.i("VBROADCASTSS X15, Y15")
 	g.i("MOVQ dst+0(FP), DI")
-	g.i("MOVQ CX, R13")
+	g.i("MOVQ CX, R15")
 	g.i("XORQ AX, AX")
 	g.p("blk:")
 	g.i("PREFETCHT0 (R11)(AX*1)")
@@ -185,7 +211,7 @@ func (x x86) qaxpyRows(g *gen, q qtype) {
 	}
 	g.i("ADDQ $%d, AX", q.bb)
 	g.i("ADDQ $128, DI")
-	g.i("DECQ R13")
+	g.i("DECQ R15")
 	g.i("JNE blk")
 	g.p("skip:")
 	x86RowNext(g)
@@ -202,6 +228,7 @@ func (x x86) qcvt(g *gen, q qtype) {
 	g.i("MOVQ dst+0(FP), DI")
 	g.i("MOVQ src+8(FP), R8")
 	g.i("MOVQ nb+16(FP), CX")
+	g.i("MOVQ ·f16Table(SB), R14")
 	qConsts(g)
 	g.i("MOVL $0x3f800000, R13") // 1.0
 	g.i("VMOVD R13, X15")
@@ -217,6 +244,93 @@ func (x x86) qcvt(g *gen, q qtype) {
 	}
 	g.i("ADDQ $%d, AX", q.bb)
 	g.i("ADDQ $128, DI")
+	g.i("DECQ CX")
+	g.i("JNE blk")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// quantizeX: for b < nb, the 32 float32 at x + 128b become int8 at xq + 64b:
+// d = max|x|/127, id = 1/d (0 when d = 0), q = x·id rounded to nearest even
+// (VCVTPS2DQ under the default rounding mode), followed by d eight times;
+// xd[b] = d and xd[nb+b] = (8·Σ q)·d.
+// The same arithmetic as the portable quantizeX, so the results are equal.
+func quantizeXAVX2(g *gen) {
+	for l, v := range []int{0, 4, 1, 5, 2, 6, 3, 7} { // VPERMD order after the two packs
+		g.p("DATA qPackPerm<>+%d(SB)/4, $%d", 4*l, v)
+	}
+	g.p("GLOBL qPackPerm<>(SB), RODATA|NOPTR, $32")
+	g.p("")
+	name := "quantizeXAVX2"
+	g.decl("//go:noescape\nfunc %s(xq *int8, xd *float32, x *float32, nb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	g.i("MOVQ xq+0(FP), DI")
+	g.i("MOVQ xd+8(FP), DX")
+	g.i("MOVQ x+16(FP), SI")
+	g.i("MOVQ nb+24(FP), CX")
+	g.i("LEAQ (DX)(CX*4), R9") // the sums
+	g.i("MOVL $0x7fffffff, R13")
+	g.i("VMOVD R13, X15")
+	g.i("VPBROADCASTD X15, Y15")
+	g.i("MOVL $0x42fe0000, R13") // 127.0
+	g.i("VMOVD R13, X14")
+	g.i("MOVL $0x3f800000, R13") // 1.0
+	g.i("VMOVD R13, X13")
+	g.i("VXORPS X12, X12, X12")
+	g.i("VMOVDQU qPackPerm<>(SB), Y11")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("blk:")
+	for k := 0; k < 4; k++ {
+		g.i("VMOVUPS %d(SI), Y%d", 32*k, k)
+		g.i("VANDPS Y15, Y%d, Y%d", k, 4+k)
+	}
+	g.i("VMAXPS Y5, Y4, Y4")
+	g.i("VMAXPS Y7, Y6, Y6")
+	g.i("VMAXPS Y6, Y4, Y4")
+	g.i("VEXTRACTF128 $1, Y4, X5")
+	g.i("VMAXPS X5, X4, X4")
+	g.i("VPERMILPS $0x4e, X4, X5")
+	g.i("VMAXPS X5, X4, X4")
+	g.i("VPERMILPS $0xb1, X4, X5")
+	g.i("VMAXPS X5, X4, X4")
+	g.i("VDIVSS X14, X4, X6") // d = amax / 127
+	g.i("VMOVSS X6, (DX)")
+	g.i("VDIVSS X6, X13, X7")     // 1/d
+	g.i("VCMPSS $4, X12, X6, X8") // d ≠ 0
+	g.i("VANDPS X8, X7, X7")
+	g.i("VBROADCASTSS X7, Y7")
+	for k := 0; k < 4; k++ {
+		g.i("VMULPS Y7, Y%d, Y%d", k, k)
+		g.i("VCVTPS2DQ Y%d, Y%d", k, k)
+	}
+	g.i("VPADDD Y1, Y0, Y8")
+	g.i("VPADDD Y3, Y2, Y9")
+	g.i("VPADDD Y9, Y8, Y8")
+	g.i("VEXTRACTI128 $1, Y8, X9")
+	g.i("VPADDD X9, X8, X8")
+	g.i("VPSHUFD $0x4e, X8, X9")
+	g.i("VPADDD X9, X8, X8")
+	g.i("VPSHUFD $0xb1, X8, X9")
+	g.i("VPADDD X9, X8, X8")
+	g.i("VPSLLD $3, X8, X8")
+	g.i("VCVTDQ2PS X8, X8")
+	g.i("VMULSS X6, X8, X8")
+	g.i("VMOVSS X8, (R9)")
+	g.i("VBROADCASTSS X6, Y6")
+	g.i("VMOVUPS Y6, 32(DI)")
+	g.i("VPACKSSDW Y1, Y0, Y0")
+	g.i("VPACKSSDW Y3, Y2, Y2")
+	g.i("VPACKSSWB Y2, Y0, Y0")
+	g.i("VPERMD Y0, Y11, Y0")
+	g.i("VMOVDQU Y0, (DI)")
+	g.i("ADDQ $128, SI")
+	g.i("ADDQ $64, DI")
+	g.i("ADDQ $4, DX")
+	g.i("ADDQ $4, R9")
 	g.i("DECQ CX")
 	g.i("JNE blk")
 	g.p("done:")

@@ -1,0 +1,176 @@
+package convert_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/format"
+)
+
+// quantGolden is testdata/golden/llama-quantize-tinystories-656k.json: the
+// SHA-256 of each tensor that llama.cpp's llama-quantize wrote for the
+// embedded model at Q8_0 and Q4_0 (see its made_by field).
+type quantGolden struct {
+	Tensors map[string]map[string]json.RawMessage
+}
+
+type goldenTensor struct {
+	Type   string
+	Bytes  int
+	SHA256 string
+}
+
+const embeddedModel = "../testdata/models/tinystories-656k"
+
+func readQuantGolden(t *testing.T) quantGolden {
+	b, err := os.ReadFile("../testdata/golden/llama-quantize-tinystories-656k.json")
+	require.NoError(t, err)
+	var g quantGolden
+	require.NoError(t, json.Unmarshal(b, &g))
+	require.NotEmpty(t, g.Tensors)
+	return g
+}
+
+func (g quantGolden) want(t *testing.T, name string, file format.DType) (goldenTensor, bool) {
+	raw, ok := g.Tensors[name][file.String()]
+	if !ok {
+		return goldenTensor{}, false
+	}
+	var gt goldenTensor
+	require.NoError(t, json.Unmarshal(raw, &gt))
+	return gt, true
+}
+
+func digest(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// permuteQK reorders the rows of a q_proj / k_proj [heads·hd, hidden] as
+// llama.cpp's converter does for llama (the golden file's permuted rule).
+func permuteQK(f []float32, heads, hd, hidden int) []float32 {
+	out := make([]float32, len(f))
+	for h := 0; h < heads; h++ {
+		for i := 0; i < hd/2; i++ {
+			for j := 0; j < 2; j++ {
+				src, dst := h*hd+j*hd/2+i, h*hd+2*i+j
+				copy(out[dst*hidden:(dst+1)*hidden], f[src*hidden:(src+1)*hidden])
+			}
+		}
+	}
+	return out
+}
+
+// TestQuantizeMatchesLlamaQuantize: format.Quantize of every matrix of the
+// embedded model gives, byte for byte, the blocks llama-quantize wrote for the
+// same F32 tensor, at Q8_0 and Q4_0 (and the type it chose: Q8_0 for the
+// output projection of a Q4_0 file, whose 128 columns are no Q6_K rows).
+func TestQuantizeMatchesLlamaQuantize(t *testing.T) {
+	g := readQuantGolden(t)
+	ck, err := hf.Open(embeddedModel)
+	require.NoError(t, err)
+	defer ck.Close()
+	cfg := ck.Config
+	checked := 0
+	for name := range g.Tensors {
+		src, err := ck.Tensor(name)
+		require.NoError(t, err, name)
+		f, err := src.ToF32()
+		require.NoError(t, err)
+		switch {
+		case strings.HasSuffix(name, "q_proj.weight"):
+			f = permuteQK(f, cfg.Heads, cfg.HeadDim, cfg.Hidden)
+		case strings.HasSuffix(name, "k_proj.weight"):
+			f = permuteQK(f, cfg.KVHeads, cfg.HeadDim, cfg.Hidden)
+		}
+		for _, file := range []format.DType{format.Q8_0, format.Q4_0} {
+			want, ok := g.want(t, name, file)
+			require.True(t, ok, "%s %v", name, file)
+			dt, why := convert.StoredDType(src, file, convert.Options{}, true)
+			require.Empty(t, why)
+			require.Equal(t, want.Type, dt.String(), "%s in a %v file", name, file)
+			b, err := format.Quantize(nil, f, dt)
+			require.NoError(t, err)
+			require.Len(t, b, want.Bytes, name)
+			require.Equal(t, want.SHA256, digest(b), "%s as %v", name, dt)
+			checked++
+		}
+	}
+	require.GreaterOrEqual(t, checked, 30)
+}
+
+// TestConvertQuantized converts the embedded model to Q8_0 and Q4_0 files,
+// layer 0 whole and layer 1 sliced, and checks the stored tensors: dtypes by
+// the llama-quantize policy, the whole tensors' bytes equal to llama-quantize's
+// (golden digests), norms F32, and the file's dense logits close to the F32
+// model's (Q8_0: within 2% of the logit range).
+func TestConvertQuantized(t *testing.T) {
+	g := readQuantGolden(t)
+	ck, ref, err := hf.Load(embeddedModel)
+	require.NoError(t, err)
+	defer ck.Close()
+	for _, dt := range []format.DType{format.Q8_0, format.Q4_0} {
+		t.Run(dt.String(), func(t *testing.T) {
+			opt := convert.DefaultOptions()
+			opt.DType, opt.Random, opt.Gamma = dt, true, 1
+			opt.FirstLayer, opt.LastLayer, opt.ExplicitRange = 1, 2, true
+			f, m, rep := convertFile(t, ck, opt)
+			require.Empty(t, rep.Fallbacks)
+			require.Equal(t, dt, f.Metadata().DType)
+			for _, ti := range f.Tensors() {
+				switch {
+				case len(ti.Shape) == 1:
+					require.Contains(t, []format.DType{format.F32, format.I32}, ti.DType, ti.Name)
+				case ti.Name == "lm_head.weight":
+					require.Equal(t, format.Q8_0, ti.DType, "the head of a %v file", dt)
+				default:
+					require.Equal(t, dt, ti.DType, ti.Name)
+				}
+				want, ok := g.want(t, ti.Name, dt)
+				if !ok || strings.HasPrefix(ti.Name, "model.layers.1.mlp.") ||
+					strings.Contains(ti.Name, "q_proj") || strings.Contains(ti.Name, "k_proj") {
+					continue // sliced (rows in kept order), or permuted by llama.cpp
+				}
+				tt, err := f.Tensor(ti.Name)
+				require.NoError(t, err)
+				require.Equal(t, want.SHA256, digest(tt.Data), ti.Name)
+			}
+			require.True(t, m.Layers[1].MLP.Sliced)
+			require.Equal(t, dt, m.Layers[1].MLP.DownT.DType)
+			// Prefill (MatMul) and one decode step (MatVec) on both models.
+			rs, qs := ref.NewSession(pool(t), 16), m.NewSession(pool(t), 16)
+			var maxErr float64
+			var lo, hi float32
+			for _, toks := range [][]int{{1, 400, 35, 900, 12}, {42}} {
+				w, err := rs.Forward(toks, false)
+				require.NoError(t, err)
+				want := append([]float32(nil), w...)
+				got, err := qs.Forward(toks, false)
+				require.NoError(t, err)
+				lo, hi = want[0], want[0]
+				for i, v := range want {
+					lo, hi = min(lo, v), max(hi, v)
+					maxErr = max(maxErr, float64(abs32(got[i]-v)))
+				}
+			}
+			tol := 0.02
+			if dt == format.Q4_0 {
+				tol = 0.15
+			}
+			require.Less(t, maxErr, tol*float64(hi-lo), "%v: max logit error %g of range %g", dt, maxErr, hi-lo)
+			t.Logf("%v: max logit error %.4f, logit range %.2f, file %d bytes", dt, maxErr, hi-lo, rep.Bytes)
+		})
+	}
+}
+
+func abs32(v float32) float32 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
