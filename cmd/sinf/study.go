@@ -15,6 +15,7 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/eval"
+	"github.com/selectinfer/sinf/format"
 )
 
 func studyCommand() *cli.Command {
@@ -23,7 +24,7 @@ func studyCommand() *cli.Command {
 		Name:  "study",
 		Usage: "the paper's grid: convert the files, evaluate every method × task and the φ/γ/δ/layer sweeps; results.json, table.md, figures",
 		UsageText: "sinf study --model DIR --task-scores FILE --model-scores FILE [--tasks t1,t2] [--limit N]\n" +
-			"   [--first-layer F --last-layer L] [--data-dir DIR] [--no-sweeps] --out DIR",
+			"   [--first-layer F --last-layer L] [--dtypes q8_0,q4_0] [--data-dir DIR] [--no-sweeps] --out DIR",
 		Description: "Rows: Dense (the HF folder), γ-Dense (slim file, dense), SelectInfer (slim, selectinfer φ), CoreInfer (γ=1 file,\n" +
 			"coreinfer φ), CoreInfer + selective loading (slim, coreinfer), CoreInfer + random loading (random file, coreinfer).\n" +
 			"Sweeps on the first task: φ 0.2…0.7, γ 0.5…1.0 (Fig. 10), δ 0.1…0.4 (Fig. 9), layer ranges (Fig. 8).\n" +
@@ -46,6 +47,7 @@ func studyCommand() *cli.Command {
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads per run (0: all CPUs)"},
 			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings)"},
 			&cli.BoolFlag{Name: "no-sweeps", Usage: "only the table rows"},
+			&cli.StringFlag{Name: "dtypes", Usage: "comma-separated stored dtypes (f16, bf16, q8_0, q4_0) to add as a table: dense, γ-dense and SelectInfer files in each (the paper's Table 4: 70% dense against 4-bit)"},
 			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output folder (created; reused to resume)"},
 		},
@@ -70,6 +72,16 @@ func studyCommand() *cli.Command {
 				Gamma:         c.Float64("gamma"), Delta: c.Float64("delta"), Phi: c.Float64("phi"), Alpha: c.Float64("alpha"),
 				Seed: c.Uint64("seed"), Threads: c.Int("threads"), Context: c.Int("context"),
 				NoSweeps: c.Bool("no-sweeps"), Log: c.App.ErrWriter,
+			}
+			for _, d := range strings.Split(c.String("dtypes"), ",") {
+				if d = strings.TrimSpace(d); d == "" {
+					continue
+				}
+				dt, err := format.ParseDType(d)
+				if err != nil || !dt.Weight() {
+					return fmt.Errorf("--dtypes %q: want f32, f16, bf16, q8_0 or q4_0", d)
+				}
+				opt.DTypes = append(opt.DTypes, dt)
 			}
 			if !c.Bool("in-process") {
 				exe, err := os.Executable()

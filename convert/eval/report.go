@@ -40,14 +40,18 @@ func (s *study) planned(p *Run) *Run {
 	return nil
 }
 
-func (s *study) tableRun(rowID, task string) *Run {
+func (s *study) tableRun(rowID, task string) *Run { return s.groupRun(GroupTable, rowID, task) }
+
+// groupRun returns the finished run of a group's row on a task, or nil.
+func (s *study) groupRun(group, rowID, task string) *Run {
 	for _, p := range s.plan {
-		if p.Group == GroupTable && p.ID == GroupTable+"/"+rowID+"/"+task {
+		if p.Group == group && p.ID == group+"/"+rowID+"/"+task {
 			return s.planned(p)
 		}
 	}
 	return nil
 }
+
 
 func (s *study) rowLabel(id, label string) string {
 	o := s.opt
@@ -121,6 +125,58 @@ func (s *study) writeReport() error {
 		b.WriteString("\n")
 	}
 	b.WriteString("\nEM / F1: SQuAD exact match and F1 ×100; Acc: accuracy ×100 (lowest summed NLL); BLEU: corpus BLEU; R-1 / R-2 / R-L: mean ROUGE F ×100; PPL: perplexity (lower is better). `–`: not run or failed.\n\n")
+
+	if len(o.DTypes) > 0 {
+		b.WriteString("## Stored dtype (layout of the paper's Table 4: γ-dense against quantized)\n\n")
+		b.WriteString("| Method | file size |")
+		for _, t := range o.Tasks {
+			b.WriteString(" " + header(t) + " |")
+		}
+		b.WriteString("\n| --- | ---: |" + strings.Repeat(" ---: |", len(o.Tasks)) + "\n")
+		type row struct {
+			label string
+			runs  []*Run
+		}
+		var rows []row
+		for _, id := range []string{"dense", "gamma-dense", "selectinfer"} {
+			var r row
+			for _, t := range o.Tasks {
+				r.runs = append(r.runs, s.tableRun(id, t))
+			}
+			for _, tr := range tableRows {
+				if tr.id == id {
+					r.label = s.rowLabel(id, tr.label) + ", checkpoint dtype"
+				}
+			}
+			rows = append(rows, r)
+		}
+		for _, d := range o.DTypes {
+			for _, dr := range dtypeRows {
+				r := row{label: s.rowLabel(dr.id, dr.label) + ", " + d.String()}
+				if dr.id == "dense" {
+					r.label = dr.label + ", " + d.String()
+				}
+				for _, t := range o.Tasks {
+					r.runs = append(r.runs, s.groupRun(GroupDType, dr.id+"-"+strings.ToLower(d.String()), t))
+				}
+				rows = append(rows, r)
+			}
+		}
+		for _, r := range rows {
+			size := "–"
+			for _, run := range r.runs {
+				if run != nil {
+					size = runtime.HumanBytes(run.FileBytes)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s |", r.label, size)
+			for _, run := range r.runs {
+				b.WriteString(" " + cell(run) + " |")
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\nDense, Q8_0 / Q4_0: every neuron in a γ=1 file of that dtype (GGML's blocks, spec §5.2), run densely. The first three rows are the checkpoint's dtype.\n\n")
+	}
 
 	b.WriteString("## Peak memory (layout of the paper's Table 5)\n\n")
 	b.WriteString("| Method | weights | file size | KV cache | file + KV cache | peak RSS (max over tasks) |\n| --- | --- | ---: | ---: | ---: | ---: |\n")

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/selectinfer/sinf/convert"
@@ -72,6 +73,11 @@ type StudyOptions struct {
 	Phi, Alpha            float64 // default 0.4, 0.2
 	Seed                  uint64  // of the random-loading and full files
 	Threads, Context      int     // per run (≤ 0: all CPUs, max_position_embeddings)
+	// DTypes adds, for each stored dtype (such as Q8_0 and Q4_0), the
+	// rows of the dtype table (the layout of the paper's Table 4: γ-dense
+	// against quantized): dense (a γ=1 file in the dtype), γ-dense and
+	// SelectInfer (slim files in the dtype), on every task.
+	DTypes []format.DType
 	Runner                Runner  // nil: InProcess
 	Log                   io.Writer
 }
@@ -90,6 +96,7 @@ const (
 	GroupGamma  = "fig10_gamma"
 	GroupDelta  = "fig9_delta"
 	GroupLayers = "fig8_layers"
+	GroupDType  = "table4_dtype"
 )
 
 // File kinds.
@@ -150,16 +157,21 @@ type fileSpec struct {
 	kind         string
 	gamma, delta float64
 	lo, hi       int
+	dtype        format.DType // 0: the checkpoint's
 }
 
 func (f fileSpec) name() string {
+	var d string
+	if f.dtype != 0 {
+		d = "-" + strings.ToLower(f.dtype.String())
+	}
 	switch f.kind {
 	case FileSlim:
-		return fmt.Sprintf("slim-g%.2f-d%.2f-L%d-%d.sinf", f.gamma, f.delta, f.lo, f.hi)
+		return fmt.Sprintf("slim-g%.2f-d%.2f-L%d-%d%s.sinf", f.gamma, f.delta, f.lo, f.hi, d)
 	case FileRandom:
-		return fmt.Sprintf("random-g%.2f-L%d-%d.sinf", f.gamma, f.lo, f.hi)
+		return fmt.Sprintf("random-g%.2f-L%d-%d%s.sinf", f.gamma, f.lo, f.hi, d)
 	case FileFull:
-		return fmt.Sprintf("full-L%d-%d.sinf", f.lo, f.hi)
+		return fmt.Sprintf("full-L%d-%d%s.sinf", f.lo, f.hi, d)
 	}
 	return ""
 }
@@ -320,6 +332,16 @@ var tableRows = []struct{ id, label string }{
 	{"coreinfer-random", "CoreInfer + random loading"},
 }
 
+// Rows of the dtype table, for each StudyOptions.DTypes entry.
+var dtypeRows = []struct {
+	id, label string
+	mode      runtime.Mode
+}{
+	{"dense", "Dense", runtime.Dense},
+	{"gamma-dense", "γ-Dense", runtime.Dense},
+	{"selectinfer", "SelectInfer", runtime.SelectInfer},
+}
+
 func (s *study) buildPlan() {
 	o := s.opt
 	slim := fileSpec{kind: FileSlim, gamma: o.Gamma, delta: o.Delta, lo: s.lo, hi: s.hi}
@@ -333,6 +355,21 @@ func (s *study) buildPlan() {
 		s.add(GroupTable, tableRows[3].label, tableRows[3].id, task, runtime.CoreInfer, full, o.Phi)
 		s.add(GroupTable, tableRows[4].label, tableRows[4].id, task, runtime.CoreInfer, slim, o.Phi)
 		s.add(GroupTable, tableRows[5].label, tableRows[5].id, task, runtime.CoreInfer, random, o.Phi)
+		for _, d := range o.DTypes {
+			full, slim := full, slim
+			full.dtype, slim.dtype = d, d
+			for _, r := range dtypeRows {
+				fs := slim
+				if r.id == "dense" {
+					fs = full
+				}
+				phi := o.Phi
+				if r.mode == runtime.Dense {
+					phi = fs.gamma
+				}
+				s.add(GroupDType, r.label+", "+d.String(), r.id+"-"+strings.ToLower(d.String()), task, r.mode, fs, phi)
+			}
+		}
 	}
 	if o.NoSweeps {
 		return
@@ -600,7 +637,7 @@ func (s *study) ensure(fs fileSpec) error {
 		s.res.Runs = kept
 	}
 	opt := convert.Options{Gamma: fs.gamma, Delta: fs.delta, FirstLayer: fs.lo, LastLayer: fs.hi, ExplicitRange: true,
-		Random: fs.kind != FileSlim, Seed: s.opt.Seed}
+		Random: fs.kind != FileSlim, Seed: s.opt.Seed, DType: fs.dtype}
 	if fs.kind == FileSlim {
 		if err := s.readScores(); err != nil {
 			return err
@@ -654,6 +691,8 @@ func (s *study) check(path string, fs fileSpec) string {
 		return "another neuron choice"
 	case meta.Provenance.SourceDigest != s.digest:
 		return "converted from another checkpoint"
+	case fs.dtype != 0 && meta.DType != fs.dtype:
+		return "another dtype"
 	}
 	if fs.kind == FileSlim {
 		for _, c := range []struct {

@@ -213,3 +213,45 @@ func TestStudyBadInput(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "layer range")
 }
+
+// TestStudyDTypes: with DTypes, the study converts Q8_0 and Q4_0 files and
+// adds the dtype table (the paper's Table 4 layout); the Q8_0 dense run's
+// perplexity is within 1% of the F32 checkpoint's, and the files hold the
+// dtype.
+func TestStudyDTypes(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	data := sharedtest.Path(t, "data")
+	dir := t.TempDir()
+	taskScores := writeScores(t, dir, model, data, "tinystories")
+	modelScores := writeScores(t, dir, model, data, "xsum")
+	out := filepath.Join(dir, "study")
+	c := &counter{}
+	opt := eval.StudyOptions{Model: model, TaskScores: taskScores, ModelScores: modelScores,
+		Tasks: []string{"tinystories"}, Limit: 4, DataDir: data, Out: out, Threads: threads, Context: 128,
+		NoSweeps: true, DTypes: []format.DType{format.Q8_0, format.Q4_0}, Runner: c.run}
+	res, err := eval.Study(opt)
+	require.NoError(t, err)
+	ids := map[string]*eval.Run{}
+	for _, r := range res.Runs {
+		require.Empty(t, r.Error, r.ID)
+		ids[r.ID] = r
+	}
+	for _, d := range []string{"q8_0", "q4_0"} {
+		for _, row := range []string{"dense", "gamma-dense", "selectinfer"} {
+			require.Contains(t, ids, "table4_dtype/"+row+"-"+d+"/tinystories")
+		}
+	}
+	dense := ids["table/dense/tinystories"].Metrics["perplexity"]
+	q8 := ids["table4_dtype/dense-q8_0/tinystories"].Metrics["perplexity"]
+	require.InDelta(t, dense, q8, 0.01*dense, "Q8_0 dense perplexity %g against F32 %g", q8, dense)
+	for name, want := range map[string]format.DType{"full-L0-2-q8_0.sinf": format.Q8_0, "slim-g0.70-d0.30-L0-2-q4_0.sinf": format.Q4_0} {
+		f, err := format.Open(filepath.Join(out, name))
+		require.NoError(t, err)
+		require.Equal(t, want, f.Metadata().DType, name)
+		f.Close()
+	}
+	table, err := os.ReadFile(filepath.Join(out, "table.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(table), "## Stored dtype")
+	require.Contains(t, string(table), "| SelectInfer (γ=0.7, δ=0.3, φ=0.4), Q4_0 |")
+}
