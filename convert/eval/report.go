@@ -52,7 +52,6 @@ func (s *study) groupRun(group, rowID, task string) *Run {
 	return nil
 }
 
-
 func (s *study) rowLabel(id, label string) string {
 	o := s.opt
 	switch id {

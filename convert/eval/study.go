@@ -78,8 +78,8 @@ type StudyOptions struct {
 	// against quantized): dense (a γ=1 file in the dtype), γ-dense and
 	// SelectInfer (slim files in the dtype), on every task.
 	DTypes []format.DType
-	Runner                Runner  // nil: InProcess
-	Log                   io.Writer
+	Runner Runner // nil: InProcess
+	Log    io.Writer
 }
 
 // Sweep values (paper Fig. 10, 9).
