@@ -103,6 +103,24 @@ func cvtPanelsBF16NEON(dst *float32, pstride int, src unsafe.Pointer, n int, pre
 func gemmTF32NEON(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
 
 //go:noescape
+func qdotRowsQ8_0NEON(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpyRowsQ8_0NEON(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)
+
+//go:noescape
+func qcvtQ8_0NEON(dst *float32, src unsafe.Pointer, nb int)
+
+//go:noescape
+func qdotRowsQ4_0NEON(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpyRowsQ4_0NEON(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)
+
+//go:noescape
+func qcvtQ4_0NEON(dst *float32, src unsafe.Pointer, nb int)
+
+//go:noescape
 func readSumNEON(p unsafe.Pointer, n int) uint64
 
 //go:noescape

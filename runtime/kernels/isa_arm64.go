@@ -21,11 +21,11 @@ var neonSet = &kernelSet{
 	readSum:   readSumNEON,
 	swiglu:    swigluNEON,
 	expSum:    expSumNEON,
-	// Block-quantized rows: the portable kernels for now (no NEON forms yet).
-	qdotRows:  genericSet.qdotRows,
-	qaxpyRows: genericSet.qaxpyRows,
-	qcvt:      genericSet.qcvt,
-	quantizeX: genericSet.quantizeX,
+	// Block-quantized rows (quant.go); x is quantized by the portable code.
+	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0NEON, qdotRowsQ4_0NEON},
+	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0NEON, qaxpyRowsQ4_0NEON},
+	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON},
+	quantizeX: quantizeXGo,
 }
 
 // archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.

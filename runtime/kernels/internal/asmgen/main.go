@@ -970,6 +970,11 @@ func arm64(g *gen) {
 		neonCvtPanels(g, d, tc)
 	}
 	neonGemmT(g, tt, tc)
+	for _, q := range qtypes {
+		neonQDotRows(g, q)
+		neonQAxpyRows(g, q)
+		neonQCvt(g, q)
+	}
 	neonReadSum(g)
 	neonSwiGLU(g)
 	neonExpSum(g)

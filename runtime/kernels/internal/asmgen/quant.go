@@ -338,3 +338,206 @@ func quantizeXAVX2(g *gen) {
 	g.i("RET")
 	g.p("")
 }
+
+// ---------------------------------------------------------------- arm64 ---
+
+// NEON forms of the block-quantized kernels, baseline ARMv8.0 (SMULL/SMLAL2
+// and pairwise adds, no SDOT): one block of 32 weights a step.
+
+func smull(d, n, m int) string {
+	return word(0x0E20C000|m<<16|n<<5|d, "SMULL V%d.8H, V%d.8B, V%d.8B", d, n, m)
+}
+func smlal2(d, n, m int) string {
+	return word(0x4E208000|m<<16|n<<5|d, "SMLAL2 V%d.8H, V%d.16B, V%d.16B", d, n, m)
+}
+func saddlp(d, n int) string { return word(0x4E602800|n<<5|d, "SADDLP V%d.4S, V%d.8H", d, n) }
+func sadalp(d, n int) string { return word(0x4E606800|n<<5|d, "SADALP V%d.4S, V%d.8H", d, n) }
+func scvtfV(d, n int) string { return vop2("SCVTF", 0x4E21D800, d, n) }
+
+// sxtl widens signed lanes: bytes to halfwords (h false) or halfwords to
+// words (h true), of the low (hi false) or high half of Vn (SSHLL{2} #0).
+func sxtl(d, n int, h, hi bool) string {
+	enc, asm := 0x0F08A400, "SSHLL V%d.8H, V%d.8B, #0"
+	if h {
+		enc, asm = 0x0F10A400, "SSHLL V%d.4S, V%d.4H, #0"
+	}
+	if hi {
+		enc |= 1 << 30
+		asm = map[bool]string{false: "SSHLL2 V%d.8H, V%d.16B, #0", true: "SSHLL2 V%d.4S, V%d.8H, #0"}[h]
+	}
+	return word(enc|n<<5|d, asm, d, n)
+}
+
+// neonQWeights loads the 32 weights of the block at R9 as signed bytes:
+// elements 0–15 in V0, 16–31 in V1 (Q4_0: V30 holds bytes 0x0F, V29 bytes 8).
+func neonQWeights(g *gen, q qtype) {
+	g.i("ADD $2, R9, R15")
+	if q.name == "Q8_0" {
+		g.i("VLD1 (R15), [V0.B16, V1.B16]")
+		return
+	}
+	g.i("VLD1 (R15), [V0.B16]")
+	g.i("VUSHR $4, V0.B16, V1.B16")
+	g.i("VAND V30.B16, V0.B16, V0.B16")
+	g.i("VSUB V29.B16, V0.B16, V0.B16")
+	g.i("VSUB V29.B16, V1.B16, V1.B16")
+}
+
+// neonQScale sets V20 to the block at R9's scale d_w (from the F16 table at
+// R14) times F<by>, in every lane (R15, R16 clobbered).
+func neonQScale(g *gen, by int) {
+	g.i("MOVHU (R9), R15")
+	g.i("MOVWU (R14)(R15<<2), R16")
+	g.i("FMOVS R16, F20")
+	g.i("FMULS F%d, F20, F20", by)
+	g.i("VDUP V20.S[0], V20.S4")
+}
+
+func neonQConsts(g *gen) {
+	g.i("MOVD ·f16Table(SB), R14")
+	g.i("VMOVI $15, V30.B16")
+	g.i("VMOVI $8, V29.B16")
+}
+
+// neonQDequant leaves the block at R9's 32 weights as float32 in V8..V15
+// (four each, in element order), unscaled.
+func neonQDequant(g *gen, q qtype) {
+	neonQWeights(g, q)
+	g.i(sxtl(2, 0, false, false))
+	g.i(sxtl(3, 0, false, true))
+	g.i(sxtl(4, 1, false, false))
+	g.i(sxtl(5, 1, false, true))
+	for k := 0; k < 4; k++ {
+		g.i(sxtl(8+2*k, 2+k, true, false))
+		g.i(sxtl(9+2*k, 2+k, true, true))
+	}
+	for k := 8; k < 16; k++ {
+		g.i(scvtfV(k, k))
+	}
+}
+
+// neonQDotRows is qdotRows (x86's) for NEON: per block, SMULL/SMLAL2 pair
+// the int8 products into int16 (|sum| ≤ 2·128·127), SADDLP/SADALP add them
+// into int32, SCVTF and a multiply-add by d_w·d_x (d_x at +32 in the 64-byte
+// x block) accumulate.
+func neonQDotRows(g *gen, q qtype) {
+	name := "qdotRows" + q.name + "NEON"
+	neonText(g, name, 72, "(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)")
+	g.i("MOVD w+0(FP), R0")
+	g.i("MOVD stride+8(FP), R1")
+	g.i("MOVD idx+16(FP), R11")
+	g.i("MOVD xq+24(FP), R2")
+	g.i("MOVD nb+40(FP), R3")
+	g.i("MOVD m+48(FP), R6")
+	g.i("MOVD dst+56(FP), R7")
+	g.i("MOVD pf+64(FP), R8")
+	neonQConsts(g)
+	g.i("CBZ R6, done")
+	g.i("CBZ R3, zeros")
+	neonRowStart(g)
+	g.i("MOVD R2, R4")
+	g.i("MOVD R3, R5")
+	zero(g, 16, 17)
+	g.p("blk:")
+	g.i("PRFM (R10), PLDL1KEEP")
+	g.i("ADD $%d, R10, R10", q.bb)
+	g.i("FMOVS 32(R4), F21")
+	neonQScale(g, 21)
+	neonQWeights(g, q)
+	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
+	g.i(smull(6, 0, 2))
+	g.i(smlal2(6, 0, 2))
+	g.i(smull(7, 1, 3))
+	g.i(smlal2(7, 1, 3))
+	g.i(saddlp(6, 6))
+	g.i(sadalp(6, 7))
+	g.i(scvtfV(6, 6))
+	g.i("VFMLA V20.S4, V6.S4, V16.S4")
+	g.i("ADD $%d, R9, R9", q.bb)
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
+	g.i(faddpV(16, 16, 16))
+	g.i(faddpS(16, 16))
+	g.i("FMOVS F16, (R7)")
+	g.i("ADD $4, R7, R7")
+	neonRowNext(g)
+	g.i("B done")
+	g.p("zeros:") // nb = 0: every row's sum is 0
+	g.i("MOVW ZR, (R7)")
+	g.i("ADD $4, R7, R7")
+	g.i("SUBS $1, R6, R6")
+	g.i("BNE zeros")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// neonQAxpyRows is qaxpyRows for NEON.
+func neonQAxpyRows(g *gen, q qtype) {
+	name := "qaxpyRows" + q.name + "NEON"
+	neonText(g, name, 64, "(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)")
+	g.i("MOVD dst+0(FP), R7")
+	g.i("MOVD w+8(FP), R0")
+	g.i("MOVD stride+16(FP), R1")
+	g.i("MOVD idx+24(FP), R11")
+	g.i("MOVD a+32(FP), R2")
+	g.i("MOVD nb+40(FP), R3")
+	g.i("MOVD m+48(FP), R6")
+	g.i("MOVD pf+56(FP), R8")
+	neonQConsts(g)
+	g.i("CBZ R3, done")
+	g.i("CBZ R6, done")
+	neonRowStart(g)
+	g.i("FMOVS (R2), F24")
+	g.i("ADD $4, R2, R2")
+	g.i("FCMPS $(0.0), F24")
+	g.i("BEQ skip")
+	g.i("MOVD R7, R4")
+	g.i("MOVD R3, R5")
+	g.p("blk:")
+	g.i("PRFM (R10), PLDL1KEEP")
+	g.i("ADD $%d, R10, R10", q.bb)
+	neonQScale(g, 24)
+	neonQDequant(g, q)
+	for h := 0; h < 2; h++ {
+		g.i("VLD1 (R4), [V16.S4, V17.S4, V18.S4, V19.S4]")
+		for k := 0; k < 4; k++ {
+			g.i("VFMLA V20.S4, V%d.S4, V%d.S4", 8+4*h+k, 16+k)
+		}
+		g.i("VST1.P [V16.S4, V17.S4, V18.S4, V19.S4], 64(R4)")
+	}
+	g.i("ADD $%d, R9, R9", q.bb)
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
+	g.p("skip:")
+	neonRowNext(g)
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// neonQCvt is qcvt for NEON.
+func neonQCvt(g *gen, q qtype) {
+	name := "qcvt" + q.name + "NEON"
+	neonText(g, name, 24, "(dst *float32, src unsafe.Pointer, nb int)")
+	g.i("MOVD dst+0(FP), R4")
+	g.i("MOVD src+8(FP), R9")
+	g.i("MOVD nb+16(FP), R5")
+	neonQConsts(g)
+	g.i("FMOVS $1.0, F24")
+	g.i("CBZ R5, done")
+	g.p("blk:")
+	neonQScale(g, 24)
+	neonQDequant(g, q)
+	for k := 8; k < 16; k++ {
+		g.i(fmulV(k, k, 20))
+	}
+	g.i("VST1.P [V8.S4, V9.S4, V10.S4, V11.S4], 64(R4)")
+	g.i("VST1.P [V12.S4, V13.S4, V14.S4, V15.S4], 64(R4)")
+	g.i("ADD $%d, R9, R9", q.bb)
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
