@@ -1,7 +1,11 @@
 package convert
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -89,7 +93,7 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 	}
 	kept := int64(runtime.RoundCount(gamma, cfg.Intermediate))
 	sliced := int64(hi - lo)
-	file := nonFFN + int64(cfg.Layers)*3*64 + 64*1024 +
+	file := nonFFN + int64(cfg.Layers)*3*64 + metadataBytes(ck) +
 		(int64(cfg.Layers)-sliced)*ffnLayer + sliced*(kept*3*int64(row)+kept*4+64)
 	ctx := int64(min(context, cfg.MaxPositions))
 	kv := 2 * int64(cfg.Layers) * ctx * int64(cfg.KVHeads*cfg.HeadDim) * 4
@@ -132,4 +136,24 @@ func storedBytes(t format.Tensor, opt Options, tiedHead bool) int64 {
 		return int64(len(t.Data))
 	}
 	return int64(t.Elems()/last) * int64(rb)
+}
+
+// metadataBytes estimates the metadata block: the embedded JSON files as the
+// writer stores them (compacted) plus an allowance for the selection and the
+// provenance.
+func metadataBytes(ck *hf.Checkpoint) int64 {
+	n := int64(1024 + 48*ck.Config.Layers)
+	for _, f := range []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(ck.Dir, f))
+		if err != nil {
+			continue
+		}
+		var c bytes.Buffer
+		if json.Compact(&c, b) == nil {
+			n += int64(c.Len())
+		} else {
+			n += int64(len(b))
+		}
+	}
+	return n
 }

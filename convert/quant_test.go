@@ -174,3 +174,33 @@ func abs32(v float32) float32 {
 	}
 	return v
 }
+
+// TestEstimateQuantized: the memory plan of a Q8_0 / Q4_0 conversion
+// predicts the file's size within 1%, and --memory-budget picks a larger γ
+// for Q4_0 than for Q8_0 under the same budget (the Q8_0 γ=0.6 plan's).
+func TestEstimateQuantized(t *testing.T) {
+	ck, err := hf.Open(embeddedModel)
+	require.NoError(t, err)
+	defer ck.Close()
+	var gammas []float64
+	for _, dt := range []format.DType{format.Q8_0, format.Q4_0} {
+		opt := convert.Options{Delta: 0.3, Random: true, DType: dt, FirstLayer: 0, LastLayer: 2, ExplicitRange: true}
+		for _, g := range []float64{0.5, 1} {
+			p, err := convert.Estimate(ck, opt, g, 256)
+			require.NoError(t, err)
+			opt.Gamma = g
+			_, _, rep := convertFile(t, ck, opt)
+			t.Logf("%v gamma %g: file %d, estimate %d", dt, g, rep.Bytes, p.FileBytes)
+			require.InEpsilon(t, float64(rep.Bytes), float64(p.FileBytes), 0.01, "%v gamma %g", dt, g)
+		}
+		q8 := opt
+		q8.DType = format.Q8_0
+		budget, err := convert.Estimate(ck, q8, 0.6, 256) // what a Q8_0 γ=0.6 file needs
+		require.NoError(t, err)
+		plan, err := convert.ChooseGamma(ck, opt, budget.Total(), 256)
+		require.NoError(t, err)
+		gammas = append(gammas, plan.Gamma)
+	}
+	require.Equal(t, 0.6, gammas[0])
+	require.Greater(t, gammas[1], gammas[0], "Q4_0 fits a larger gamma than Q8_0")
+}
