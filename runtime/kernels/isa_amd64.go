@@ -27,6 +27,7 @@ var avx2Set = &kernelSet{
 	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0AVX2, qaxpyRowsQ4_0AVX2},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
 	quantizeX: quantizeXAVX2,
+	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
 }
 
 var avx512Set = &kernelSet{
@@ -50,6 +51,7 @@ var avx512Set = &kernelSet{
 	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0AVX2, qaxpyRowsQ4_0AVX2},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
 	quantizeX: quantizeXAVX2,
+	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
 }
 
 // archSets returns the SIMD sets this CPU supports, best first. AVX2 needs FMA

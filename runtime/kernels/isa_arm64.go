@@ -26,6 +26,22 @@ var neonSet = &kernelSet{
 	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0NEON, qaxpyRowsQ4_0NEON},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON},
 	quantizeX: quantizeXGo,
+	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON},
+}
+
+// qaxpy4 on NEON: four qaxpyRows rows (no four-row NEON form yet).
+func qaxpy4Q8_0NEON(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+	qaxpyRowsQ8_0NEON(dst, w0, 0, nil, &a0, nb, 1, 0)
+	qaxpyRowsQ8_0NEON(dst, w1, 0, nil, &a1, nb, 1, 0)
+	qaxpyRowsQ8_0NEON(dst, w2, 0, nil, &a2, nb, 1, 0)
+	qaxpyRowsQ8_0NEON(dst, w3, 0, nil, &a3, nb, 1, 0)
+}
+
+func qaxpy4Q4_0NEON(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+	qaxpyRowsQ4_0NEON(dst, w0, 0, nil, &a0, nb, 1, 0)
+	qaxpyRowsQ4_0NEON(dst, w1, 0, nil, &a1, nb, 1, 0)
+	qaxpyRowsQ4_0NEON(dst, w2, 0, nil, &a2, nb, 1, 0)
+	qaxpyRowsQ4_0NEON(dst, w3, 0, nil, &a3, nb, 1, 0)
 }
 
 // archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.

@@ -592,17 +592,24 @@ func TestNoAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
-			for _, dt := range weightDTypes {
-				m := randMat(rng, dt, 256, 200, 0)
-				x := randVec(rng, 200)
+			for _, dt := range append(weightDTypes, quantDTypes...) {
+				C := 200 // a tail after the SIMD blocks
+				var m testMat
+				if dt.Quantized() {
+					C = 224 // whole blocks of 32
+					m = randQMat(t, rng, dt, 256, C)
+				} else {
+					m = randMat(rng, dt, 256, C, 0)
+				}
+				x := randVec(rng, C)
 				dst := make([]float32, 256)
 				sel := []int32{5, 9, 100, 3, 255, 7, 8, 200, 17}
 				a := randVec(rng, len(sel))
 				aAll := randVec(rng, 256)
-				xT := randVec(rng, 5*200)
+				xT := randVec(rng, 5*C)
 				dT := make([]float32, 5*256)
 				aT := randVec(rng, 7*256)
-				dTT := make([]float32, 7*200)
+				dTT := make([]float32, 7*C)
 				cases := map[string]func(){
 					"MatVec":      func() { MatVec(p, dst, m.Mat, x) },
 					"MatVecRows":  func() { MatVecRows(p, dst[:len(sel)], m.Mat, sel, x) },

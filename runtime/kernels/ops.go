@@ -401,48 +401,73 @@ func accumRows(ks *kernelSet, d, es int, dst []float32, base unsafe.Pointer, str
 	}
 	// Groups of four nonzero terms; group g is added while group g+1's rows
 	// are prefetched.
-	var ps, qs [4]unsafe.Pointer
-	var as, bs [4]float32
-	j := 0
-	// fill collects the next (up to) four nonzero terms into p, c.
-	fill := func(p *[4]unsafe.Pointer, c *[4]float32) int {
-		k := 0
-		for ; j < len(a) && k < 4; j++ {
-			if a[j] != 0 {
-				p[k] = unsafe.Add(base, rowIndex(rows, j, nrows)*stride)
-				c[k] = a[j]
-				k++
-			}
-		}
-		return k
-	}
-	c := fill(&ps, &as)
-	for c == 4 {
-		nc := fill(&qs, &bs)
-		pre := &qs
-		if nc < 4 {
-			for i := nc; i < 4; i++ {
-				qs[i] = ps[i]
-			}
-		}
+	tg := termGroups{base: base, stride: stride, nrows: nrows, rows: rows, a: a}
+	for tg.next() {
+		p, pre, c := &tg.p, &tg.pre, &tg.c
 		if nb > 0 {
-			ks.axpy4[d](&dst[0], ps[0], ps[1], ps[2], ps[3], pre[0], pre[1], pre[2], pre[3], as[0], as[1], as[2], as[3], nb)
+			ks.axpy4[d](&dst[0], p[0], p[1], p[2], p[3], pre[0], pre[1], pre[2], pre[3], c[0], c[1], c[2], c[3], nb)
 		}
 		if nb < n {
 			o := nb * es
-			genericSet.axpy4[d](&dst[nb], unsafe.Add(ps[0], o), unsafe.Add(ps[1], o), unsafe.Add(ps[2], o), unsafe.Add(ps[3], o),
-				nil, nil, nil, nil, as[0], as[1], as[2], as[3], n-nb)
+			genericSet.axpy4[d](&dst[nb], unsafe.Add(p[0], o), unsafe.Add(p[1], o), unsafe.Add(p[2], o), unsafe.Add(p[3], o),
+				nil, nil, nil, nil, c[0], c[1], c[2], c[3], n-nb)
 		}
-		ps, as, c = qs, bs, nc
 	}
-	for i := 0; i < c; i++ {
+	for i := 0; i < tg.n; i++ {
 		if nb > 0 {
-			ks.axpy1[d](&dst[0], ps[i], as[i], nb)
+			ks.axpy1[d](&dst[0], tg.p[i], tg.c[i], nb)
 		}
 		if nb < n {
-			genericSet.axpy1[d](&dst[nb], unsafe.Add(ps[i], nb*es), as[i], n-nb)
+			genericSet.axpy1[d](&dst[nb], unsafe.Add(tg.p[i], nb*es), tg.c[i], n-nb)
 		}
 	}
+}
+
+// termGroups walks the nonzero terms a[j] of a row sum four at a time: row
+// j at base + r·stride bytes, r = rows[j] (or j when rows is nil), r <
+// nrows, checked. After next returns true, p and c hold a group of four and
+// pre the next group's rows (for prefetching; the group's own where fewer
+// follow); after it returns false, the last n < 4 terms are in p and c.
+type termGroups struct {
+	base          unsafe.Pointer
+	stride, nrows int
+	rows          []int32
+	a             []float32
+	j, n          int
+	started       bool
+	p, pre        [4]unsafe.Pointer
+	c, cn         [4]float32
+}
+
+// fill collects the next (up to) four nonzero terms into p, c.
+func (g *termGroups) fill(p *[4]unsafe.Pointer, c *[4]float32) int {
+	k := 0
+	for ; g.j < len(g.a) && k < 4; g.j++ {
+		if g.a[g.j] != 0 {
+			p[k] = unsafe.Add(g.base, rowIndex(g.rows, g.j, g.nrows)*g.stride)
+			c[k] = g.a[g.j]
+			k++
+		}
+	}
+	return k
+}
+
+func (g *termGroups) next() bool {
+	if !g.started {
+		g.started = true
+		g.n = g.fill(&g.pre, &g.cn)
+	}
+	if g.n < 4 { // the last, partial group
+		g.p, g.c = g.pre, g.cn
+		return false
+	}
+	g.p, g.c = g.pre, g.cn
+	nc := g.fill(&g.pre, &g.cn)
+	for i := nc; i < 4; i++ {
+		g.pre[i] = g.p[i]
+	}
+	g.n = nc
+	return true
 }
 
 // gemmBlockBytes is the size of the block of weight rows MatMul keeps in cache
@@ -684,17 +709,27 @@ func qmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, 
 // qaccumRows adds Σ_j a[j]·row(j)[:len(dst)] to dst for rows of the block
 // dtype of q table index q (len(dst) a multiple of 32), row(j) at base +
 // r·stride bytes, r = rows[j] (rows nil: r = j), r < nrows. Terms with
-// a[j] == 0 are skipped.
+// a[j] == 0 are skipped. The rows go four at a time (qaxpy4), so dst is
+// loaded and stored once per four: hot in cache, Q8_0 rows of 2048 went from
+// 9.4 to 12.0 G weights/s on Zen 3 against one row at a time (qaxpyRows),
+// Q4_0 from 7.6 to 7.9 (its nibble unpacking, not dst, bounds it).
 func qaccumRows(ks *kernelSet, q int, dst []float32, base unsafe.Pointer, stride, nrows int, rows []int32, a []float32) {
 	if len(dst) == 0 || len(a) == 0 {
 		return
 	}
-	var idx *int32
-	if rows != nil {
-		checkRows(rows[:len(a)], nrows)
-		idx = &rows[0]
-	} else if len(a) > nrows {
-		panic(fmt.Sprintf("kernels: row %d out of range [0, %d)", len(a)-1, nrows))
+	nb := len(dst) / format.BlockElems
+	// Groups of four through qaxpy4 (dst loaded and stored once per group);
+	// the last one to three terms too, padded with zero terms.
+	tg := termGroups{base: base, stride: stride, nrows: nrows, rows: rows, a: a}
+	for tg.next() {
+		p, pre, c := &tg.p, &tg.pre, &tg.c
+		ks.qaxpy4[q](&dst[0], p[0], p[1], p[2], p[3], pre[0], pre[1], pre[2], pre[3], c[0], c[1], c[2], c[3], nb)
 	}
-	ks.qaxpyRows[q](&dst[0], base, stride, idx, &a[0], len(dst)/format.BlockElems, len(a), dotRowsAhead)
+	if tg.n > 0 {
+		for i := tg.n; i < 4; i++ {
+			tg.p[i], tg.c[i] = tg.p[0], 0
+		}
+		p, c := &tg.p, &tg.c
+		ks.qaxpy4[q](&dst[0], p[0], p[1], p[2], p[3], p[0], p[1], p[2], p[3], c[0], c[1], c[2], c[3], nb)
+	}
 }

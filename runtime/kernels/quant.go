@@ -149,6 +149,22 @@ func qaxpyRowsGo(q int, dst *float32, w unsafe.Pointer, stride int, idx *int32, 
 	}
 }
 
+// qaxpy4Go is the portable qaxpy4: four qaxpyRowsGo rows.
+func qaxpy4Go(q int, dst *float32, w0, w1, w2, w3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+	a := [4]float32{a0, a1, a2, a3}
+	for i, w := range [4]unsafe.Pointer{w0, w1, w2, w3} {
+		qaxpyRowsGo(q, dst, w, 0, nil, &a[i], nb, 1)
+	}
+}
+
+func qaxpy4Q8_0Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+	qaxpy4Go(0, dst, w0, w1, w2, w3, a0, a1, a2, a3, nb)
+}
+
+func qaxpy4Q4_0Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+	qaxpy4Go(1, dst, w0, w1, w2, w3, a0, a1, a2, a3, nb)
+}
+
 func qaxpyRowsQ8_0Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, _ int) {
 	qaxpyRowsGo(0, dst, w, stride, idx, a, nb, m)
 }

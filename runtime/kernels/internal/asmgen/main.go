@@ -153,6 +153,7 @@ func amd64(g *gen) {
 			for _, q := range qtypes {
 				x.qdotRows(g, q)
 				x.qaxpyRows(g, q)
+				x.qaxpy4(g, q)
 				x.qcvt(g, q)
 			}
 		}

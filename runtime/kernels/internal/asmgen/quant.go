@@ -541,3 +541,85 @@ func neonQCvt(g *gen, q qtype) {
 	g.i("RET")
 	g.p("")
 }
+
+// qaxpy4: dst[e] += Σ_{r<4} a_r·w_r[e] for e < 32·nb, the four block rows
+// w0..w3 dequantized in registers; the rows p0..p3 (the caller's next ones)
+// are prefetched at the same pace. dst is loaded and stored once per four
+// rows, not once per row as in qaxpyRows: four rows' weights share each
+// block of dst.
+func (x x86) qaxpy4(g *gen, q qtype) {
+	name := "qaxpy4" + q.name + x.name
+	x.text(g, name, 96, "(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)")
+	g.i("MOVQ dst+0(FP), DI")
+	rows := []string{"R8", "R9", "R10", "R11"}
+	pre := []string{"R12", "R13", "BX", "DX"}
+	for i, r := range rows {
+		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
+	}
+	for i, r := range pre {
+		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
+	}
+	g.i("MOVQ nb+88(FP), CX")
+	for r := 0; r < 4; r++ {
+		g.i("VBROADCASTSS a%d+%d(FP), Y%d", r, 72+4*r, 8+r)
+	}
+	g.i("MOVQ ·f16Table(SB), R14")
+	g.i("MOVL $0x0f0f0f0f, R15")
+	g.i("VMOVD R15, X13")
+	g.i("VPBROADCASTD X13, Y13")
+	g.i("MOVL $0x08080808, R15")
+	g.i("VMOVD R15, X12")
+	g.i("VPBROADCASTD X12, Y12")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	for _, p := range pre {
+		for off := 0; off < q.bb; off += 64 {
+			g.i("PREFETCHT0 %d(%s)(AX*1)", off, p)
+		}
+	}
+	for k := 0; k < 4; k++ {
+		g.i("VMOVUPS %d(DI), Y%d", 32*k, k)
+	}
+	wr := []int{6, 7, 14, 15} // the block's weights, elements 0–7, 8–15, 16–23, 24–31
+	for r, base := range rows {
+		mem := func(off int) string { return fmt.Sprintf("%d(%s)(AX*1)", off, base) }
+		g.i("MOVWLZX %s, R15", mem(0))
+		g.i("VBROADCASTSS (R14)(R15*4), Y4")
+		g.i("VMULPS Y%d, Y4, Y4", 8+r)
+		if q.name == "Q8_0" {
+			for k, v := range wr {
+				g.i("VPMOVSXBD %s, Y%d", mem(2+8*k), v)
+			}
+		} else {
+			g.i("VMOVDQU %s, X15", mem(2))
+			g.i("VPAND X13, X15, X5")
+			g.i("VPSUBB X12, X5, X5")
+			g.i("VPSRLW $4, X15, X15")
+			g.i("VPAND X13, X15, X15")
+			g.i("VPSUBB X12, X15, X15")
+			g.i("VPMOVSXBD X15, Y14")
+			g.i("VPSRLDQ $8, X15, X15")
+			g.i("VPMOVSXBD X15, Y15")
+			g.i("VPMOVSXBD X5, Y6")
+			g.i("VPSRLDQ $8, X5, X5")
+			g.i("VPMOVSXBD X5, Y7")
+		}
+		for k, v := range wr {
+			g.i("VCVTDQ2PS Y%d, Y%d", v, v)
+			g.i("VFMADD231PS Y4, Y%d, Y%d", v, k)
+		}
+	}
+	for k := 0; k < 4; k++ {
+		g.i("VMOVUPS Y%d, %d(DI)", k, 32*k)
+	}
+	g.i("ADDQ $%d, AX", q.bb)
+	g.i("ADDQ $128, DI")
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
