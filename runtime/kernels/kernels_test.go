@@ -496,25 +496,7 @@ func TestMatMulRowsT(t *testing.T) {
 					K, C := sh[0], sh[1]
 					m := randMat(rng, dt, K, C, rng.IntN(4))
 					for _, T := range Ts {
-						a := randVec(rng, T*K)
-						for i := range a {
-							if rng.IntN(5) == 0 {
-								a[i] = 0
-							}
-						}
-						dst := randVec(rng, T*C) // overwritten
-						MatMulRowsT(p, dst, m.Mat, a, T)
-						for u := 0; u < T; u++ {
-							for c := 0; c < C; c++ {
-								var want, scale float64
-								for k := 0; k < K; k++ {
-									v := float64(a[u*K+k]) * m.vals[k*C+c]
-									want += v
-									scale += math.Abs(v)
-								}
-								checkClose(t, dst[u*C+c], want, scale, tolFor(dt), "MatMulRowsT %v [%d,%d] T=%d t=%d c=%d", dt, K, C, T, u, c)
-							}
-						}
+						checkMatMulRowsT(t, rng, p, m, T, tolFor(dt))
 					}
 				}
 			}
@@ -770,6 +752,33 @@ func TestRowF32(t *testing.T) {
 		m.RowF32(dst, 2)
 		for c := range dst {
 			require.Equal(t, float32(m.vals[2*21+c]), dst[c])
+		}
+	}
+}
+
+// checkMatMulRowsT runs MatMulRowsT of m ([K, C]) on T random coefficient
+// rows (a fifth of them zero) and checks every output against the float64
+// sum within tol of Σ|a·w|.
+func checkMatMulRowsT(t *testing.T, rng *rand.Rand, p *Pool, m testMat, T int, tol float64) {
+	t.Helper()
+	K, C := m.Rows, m.Cols
+	a := randVec(rng, T*K)
+	for i := range a {
+		if rng.IntN(5) == 0 {
+			a[i] = 0
+		}
+	}
+	dst := randVec(rng, T*C) // overwritten
+	MatMulRowsT(p, dst, m.Mat, a, T)
+	for u := 0; u < T; u++ {
+		for c := 0; c < C; c++ {
+			var want, scale float64
+			for k := 0; k < K; k++ {
+				v := float64(a[u*K+k]) * m.vals[k*C+c]
+				want += v
+				scale += math.Abs(v)
+			}
+			checkClose(t, dst[u*C+c], want, scale, tol, "MatMulRowsT %v [%d,%d] T=%d t=%d c=%d", m.DType, K, C, T, u, c)
 		}
 	}
 }

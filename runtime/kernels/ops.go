@@ -336,12 +336,7 @@ func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32,
 		// hardware prefetchers follow better than four short ones; one call
 		// runs the whole range.
 		var idx *int32
-		if rows != nil {
-			checkRows(rows[lo:hi], w.Rows)
-			idx = &rows[lo]
-		} else {
-			base = unsafe.Add(base, lo*rb)
-		}
+		base, idx = rowRange(w, rows, lo, hi)
 		if nb > 0 {
 			ks.dotRows[d](base, rb, idx, &x[0], nb, hi-lo, &dst[lo], dotRowsAhead)
 		} else {
@@ -687,6 +682,17 @@ func colBytes(w Mat, c int) int {
 	return c * w.DType.Size()
 }
 
+// rowRange returns the row list of the row kernels for rows [lo, hi) of a
+// MatVec: w's data and &rows[lo] (checked), or for contiguous rows (rows
+// nil) row lo's address and nil.
+func rowRange(w Mat, rows []int32, lo, hi int) (unsafe.Pointer, *int32) {
+	if rows != nil {
+		checkRows(rows[lo:hi], w.Rows)
+		return dataPtr(w), &rows[lo]
+	}
+	return unsafe.Add(dataPtr(w), lo*w.RowBytes()), nil
+}
+
 // qmatVecRange is matVecRange for block-quantized rows: x comes quantized
 // to int8 blocks (xq, xd), and the rows of [lo, hi) go in one call.
 func qmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, xd []float32, lo, hi int) {
@@ -695,14 +701,7 @@ func qmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, 
 		clear(dst[lo:hi])
 		return
 	}
-	base := dataPtr(w)
-	var idx *int32
-	if rows != nil {
-		checkRows(rows[lo:hi], w.Rows)
-		idx = &rows[lo]
-	} else {
-		base = unsafe.Add(base, lo*rb)
-	}
+	base, idx := rowRange(w, rows, lo, hi)
 	ks.qdotRows[qIndex(w.DType)](base, rb, idx, &xq[0], &xd[0], nb, hi-lo, &dst[lo], dotRowsAhead)
 }
 

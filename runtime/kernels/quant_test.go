@@ -209,25 +209,7 @@ func TestQuantMatMul(t *testing.T) {
 							}
 						}
 						// The same matrix as the transposed down_proj [K=rows, C=cols].
-						a := randVec(rng, T*rows)
-						for i := range a {
-							if rng.IntN(5) == 0 {
-								a[i] = 0
-							}
-						}
-						out := randVec(rng, T*cols) // overwritten
-						MatMulRowsT(p, out, m.Mat, a, T)
-						for u := 0; u < T; u++ {
-							for c := 0; c < cols; c++ {
-								var want, scale float64
-								for k := 0; k < rows; k++ {
-									v := float64(a[u*rows+k]) * m.vals[k*cols+c]
-									want += v
-									scale += math.Abs(v)
-								}
-								checkClose(t, out[u*cols+c], want, scale, 1e-5, "MatMulRowsT %v [%d,%d] T=%d t=%d c=%d", dt, rows, cols, T, u, c)
-							}
-						}
+						checkMatMulRowsT(t, rng, p, m, T, 1e-5)
 					}
 				}
 			}

@@ -364,24 +364,32 @@ func x86RowNext(g *gen) {
 	g.i("JNE row")
 }
 
-// axpy4: dst[e] += Σ_r a_r·w_r[e] for e < n; n a multiple of 2·vw. The rows
-// at p0..p3 are prefetched at the same pace.
-func (x x86) axpy4(g *gen, d dtype) {
-	name := "axpy4" + d.name + x.name
-	x.text(g, name, 96, "(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int)")
+// axpy4Head emits the TEXT line and argument loads of a four-row axpy
+// kernel (count argument cnt): DI dst, the rows in R8..R11, the rows to
+// prefetch in R12, R13, BX, DX, the count in CX, a0..a3 broadcast into
+// vector registers a..a+3. It returns the row and prefetch registers.
+func (x x86) axpy4Head(g *gen, name, cnt string, a int) (rows, pre []string) {
+	x.text(g, name, 96, "(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, "+cnt+" int)")
 	g.i("MOVQ dst+0(FP), DI")
-	rows := []string{"R8", "R9", "R10", "R11"}
-	pre := []string{"R12", "R13", "BX", "DX"}
+	rows = []string{"R8", "R9", "R10", "R11"}
+	pre = []string{"R12", "R13", "BX", "DX"}
 	for i, r := range rows {
 		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
 	}
 	for i, r := range pre {
 		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
 	}
-	g.i("MOVQ n+88(FP), CX")
+	g.i("MOVQ %s+88(FP), CX", cnt)
 	for r := 0; r < 4; r++ {
-		g.i("VBROADCASTSS a%d+%d(FP), %s", r, 72+4*r, x.v(12+r))
+		g.i("VBROADCASTSS a%d+%d(FP), %s", r, 72+4*r, x.v(a+r))
 	}
+	return rows, pre
+}
+
+// axpy4: dst[e] += Σ_r a_r·w_r[e] for e < n; n a multiple of 2·vw. The rows
+// at p0..p3 are prefetched at the same pace.
+func (x x86) axpy4(g *gen, d dtype) {
+	rows, pre := x.axpy4Head(g, "axpy4"+d.name+x.name, "n", 12)
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")

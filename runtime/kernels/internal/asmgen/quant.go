@@ -15,31 +15,21 @@ type qtype struct {
 
 var qtypes = []qtype{{"Q8_0", 34}, {"Q4_0", 18}}
 
-// qConsts sets Y14 to sixteen int16 ones, Y13 to bytes 0x0F and Y12 to bytes
-// 8 (R13 is clobbered).
+// qConsts sets Y14 to sixteen int16 ones, then qMasks (with R13).
 func qConsts(g *gen) {
 	g.i("VPCMPEQW Y14, Y14, Y14")
 	g.i("VPSRLW $15, Y14, Y14")
-	g.i("MOVL $0x0f0f0f0f, R13")
-	g.i("VMOVD R13, X13")
-	g.i("VPBROADCASTD X13, Y13")
-	g.i("MOVL $0x08080808, R13")
-	g.i("VMOVD R13, X12")
-	g.i("VPBROADCASTD X12, Y12")
+	qMasks(g, "R13")
 }
 
-// qWeights loads the 32 weights of the block at mem (its scale's address)
-// as signed bytes into Y2 (Q4_0 uses X3 too).
-func qWeights(g *gen, q qtype, mem func(off int) string) {
-	if q.name == "Q8_0" {
-		g.i("VMOVDQU %s, Y2", mem(2))
-		return
-	}
-	g.i("VMOVDQU %s, X2", mem(2))
-	g.i("VPSRLW $4, X2, X3")
-	g.i("VINSERTI128 $1, X3, Y2, Y2")
-	g.i("VPAND Y13, Y2, Y2")
-	g.i("VPSUBB Y12, Y2, Y2")
+// qMasks sets Y13 to bytes 0x0F and Y12 to bytes 8 (tmp is clobbered).
+func qMasks(g *gen, tmp string) {
+	g.i("MOVL $0x0f0f0f0f, %s", tmp)
+	g.i("VMOVD %s, X13", tmp)
+	g.i("VPBROADCASTD X13, Y13")
+	g.i("MOVL $0x08080808, %s", tmp)
+	g.i("VMOVD %s, X12", tmp)
+	g.i("VPBROADCASTD X12, Y12")
 }
 
 // qdotRows: dst[j] = Σ_{b<nb} d_w[b]·d_x[b]·Σ_{e<32} q_w[b][e]·q_x[b][e] for
@@ -548,28 +538,9 @@ func neonQCvt(g *gen, q qtype) {
 // rows, not once per row as in qaxpyRows: four rows' weights share each
 // block of dst.
 func (x x86) qaxpy4(g *gen, q qtype) {
-	name := "qaxpy4" + q.name + x.name
-	x.text(g, name, 96, "(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)")
-	g.i("MOVQ dst+0(FP), DI")
-	rows := []string{"R8", "R9", "R10", "R11"}
-	pre := []string{"R12", "R13", "BX", "DX"}
-	for i, r := range rows {
-		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
-	}
-	for i, r := range pre {
-		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
-	}
-	g.i("MOVQ nb+88(FP), CX")
-	for r := 0; r < 4; r++ {
-		g.i("VBROADCASTSS a%d+%d(FP), Y%d", r, 72+4*r, 8+r)
-	}
+	rows, pre := x.axpy4Head(g, "qaxpy4"+q.name+x.name, "nb", 8)
 	g.i("MOVQ ·f16Table(SB), R14")
-	g.i("MOVL $0x0f0f0f0f, R15")
-	g.i("VMOVD R15, X13")
-	g.i("VPBROADCASTD X13, Y13")
-	g.i("MOVL $0x08080808, R15")
-	g.i("VMOVD R15, X12")
-	g.i("VPBROADCASTD X12, Y12")
+	qMasks(g, "R15")
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
