@@ -64,6 +64,15 @@ func (m testMat) qxBound(r int, x []float32) float64 {
 
 var qCols = []int{32, 64, 96, 160, 576, 2048}
 
+// blockMax returns the largest |weight| of the block of row r holding column c.
+func (m testMat) blockMax(r, c int) float64 {
+	var v float64
+	for e := c &^ 31; e < c&^31+32; e++ {
+		v = max(v, math.Abs(m.vals[r*m.Cols+e]))
+	}
+	return v
+}
+
 // TestQuantMatVec checks MatVec and MatVecRows on Q8_0 and Q4_0 rows against
 // the float64 product of the dequantized weights and x, within the error that
 // quantizing x to int8 blocks allows, plus 1e-5 of Σ|w·x|; gathered rows
@@ -173,6 +182,11 @@ func TestQuantAddRows(t *testing.T) {
 									v := float64(a[j]) * m.vals[r*cols+c]
 									want += v
 									scale += math.Abs(v)
+									if dt == format.Q4_0 {
+										// qaxpy4 adds a·d·q and then −8·a·d: its rounding
+										// is relative to 8|a·d| ≈ |a|·max|w| of the block.
+										scale += math.Abs(float64(a[j])) * m.blockMax(r, c)
+									}
 								}
 								checkClose(t, dst[c], want, scale, 1e-5, "AddRows %v cols %d k %d gathered %v col %d", dt, cols, k, gathered, c)
 							}
