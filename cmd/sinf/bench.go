@@ -94,6 +94,8 @@ type benchReport struct {
 	Alpha              float64   `json:"alpha,omitempty"`
 	Threads            int       `json:"threads"`
 	ISA                string    `json:"isa"`
+	DType              string    `json:"dtype"`         // the FFN weights' (layer 0's gate_proj)
+	LMHeadDType        string    `json:"lm_head_dtype"` // the output projection's
 	PromptTokens       int       `json:"prompt_tokens"`
 	GenTokens          int       `json:"gen_tokens"`
 	Repeat             int       `json:"repeat"`
@@ -133,7 +135,11 @@ func benchPrompt(n, vocab int) []int {
 func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt benchOptions) (*benchReport, error) {
 	m := l.Model
 	rep := &benchReport{Model: l.Path, Kind: l.Kind, Mode: sp.Mode.String(), Threads: pool.Threads(), ISA: kernels.ISA(),
-		PromptTokens: opt.Prompt, GenTokens: opt.Gen, Repeat: opt.Repeat, MappedBytes: l.MappedBytes}
+		PromptTokens: opt.Prompt, GenTokens: opt.Gen, Repeat: opt.Repeat, MappedBytes: l.MappedBytes,
+		LMHeadDType: m.LMHead.DType.String()}
+	if len(m.Layers) > 0 {
+		rep.DType = m.Layers[0].MLP.Gate.DType.String()
+	}
 	if sp.Mode != runtime.Dense {
 		rep.Phi, rep.Alpha = sp.Phi, sp.Alpha
 	}
@@ -209,7 +215,7 @@ func printBench(w io.Writer, r *benchReport) {
 	if r.Mode != runtime.Dense.String() {
 		mode += fmt.Sprintf(" (phi %g, alpha %g)", r.Phi, r.Alpha)
 	}
-	fmt.Fprintf(w, "model      %s (%s, %s mapped)\n", r.Model, r.Kind, human(r.MappedBytes))
+	fmt.Fprintf(w, "model      %s (%s, %s mapped; weights %s, LM head %s)\n", r.Model, r.Kind, human(r.MappedBytes), r.DType, r.LMHeadDType)
 	fmt.Fprintf(w, "run        mode %s, %d threads, kernels %s; prompt %d tokens, %d decode steps, median of %d runs\n",
 		mode, r.Threads, r.ISA, r.PromptTokens, r.GenTokens, r.Repeat)
 	fmt.Fprintf(w, "prefill    %.1f tok/s   runs %s\n", r.PrefillTokensPerS, runs(r.PrefillRuns))

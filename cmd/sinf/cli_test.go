@@ -142,6 +142,22 @@ func TestBenchJSON(t *testing.T) {
 	require.Positive(t, r.DecodeTokensPerS)
 	require.InEpsilon(t, r.DecodeTokensPerS*float64(r.BytesPerToken)/r.BandwidthBytesPerS, r.RooflineFraction, 1e-12)
 
+	// A Q4_0 file: the report names its dtypes and counts its blocks'
+	// bytes: 2 layers × 3 matrices × 384 neurons × 128 weights × 18/32 bytes
+	// of FFN, and the Q8_0 head's 2048 × 128 × 34/32.
+	q4 := filepath.Join(t.TempDir(), "q4.sinf")
+	_, err = run(t, "convert", "--model", filepath.Join("..", "..", "testdata", "models", "tinystories-656k"), "--random", "--gamma", "1",
+		"--first-layer", "0", "--last-layer", "2", "--dtype", "q4_0", "--quiet", "--out", q4)
+	require.NoError(t, err)
+	out, err = run(t, "bench", "--model", q4, "--mode", "dense", "--prompt-tokens", "4", "--gen-tokens", "4", "--repeat", "1",
+		"--warmup", "0", "--bandwidth-mib", "0", "--json")
+	require.NoError(t, err)
+	var rq benchReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rq))
+	require.Equal(t, []string{"Q4_0", "Q8_0"}, []string{rq.DType, rq.LMHeadDType})
+	require.Equal(t, int64(2*3*384*128*18/32), rq.FFNBytes)
+	require.Equal(t, int64(2048*128*34/32), rq.LMHeadBytes)
+
 	// A buffer too large to allocate is refused before the model is read.
 	_, err = run(t, "bench", "--model", "no-such-model", "--bandwidth-mib", "65537")
 	require.EqualError(t, err, "--bandwidth-mib 65537: want 0 (skip) to 65536")
