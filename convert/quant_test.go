@@ -204,3 +204,16 @@ func TestEstimateQuantized(t *testing.T) {
 	require.Equal(t, 0.6, gammas[0])
 	require.Greater(t, gammas[1], gammas[0], "Q4_0 fits a larger gamma than Q8_0")
 }
+
+// TestEmbedDTypeTied: --embed-dtype on a model whose embedding is the output
+// projection is refused (it would be ignored), pointing to --head-dtype.
+func TestEmbedDTypeTied(t *testing.T) {
+	ck, err := hf.Open(embeddedModel)
+	require.NoError(t, err)
+	defer ck.Close()
+	opt := convert.DefaultOptions()
+	opt.DType, opt.EmbedDType, opt.Random = format.Q8_0, format.Q4_0, true
+	opt.FirstLayer, opt.LastLayer, opt.ExplicitRange = 0, 2, true
+	_, err = convert.Convert(ck, t.TempDir()+"/m.sinf", opt)
+	require.ErrorContains(t, err, "use --head-dtype")
+}

@@ -12,6 +12,9 @@ import (
 // from its selection, weights are views into the file's mapping. Errors name
 // the file and the field or tensor.
 func LoadFile(f *format.File) (*Model, error) {
+	if err := f.ValidateSelection(); err != nil { // spec §7 item 12, before any sliced layer is used
+		return nil, err
+	}
 	meta := f.Metadata()
 	cfg, err := ParseConfig(f.Path()+": metadata field config", meta.Config)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,7 +48,7 @@ func studyCommand() *cli.Command {
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads per run (0: all CPUs)"},
 			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings)"},
 			&cli.BoolFlag{Name: "no-sweeps", Usage: "only the table rows"},
-			&cli.StringFlag{Name: "dtypes", Usage: "comma-separated stored dtypes (f16, bf16, q8_0, q4_0) to add as a table: dense, γ-dense and SelectInfer files in each (the paper's Table 4: 70% dense against 4-bit)"},
+			&cli.StringFlag{Name: "dtypes", Usage: "comma-separated stored dtypes (f32, f16, bf16, q8_0, q4_0) to add as a table: dense, γ-dense and SelectInfer files in each (the paper's Table 4: 70% dense against 4-bit)"},
 			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output folder (created; reused to resume)"},
 		},
@@ -81,7 +82,9 @@ func studyCommand() *cli.Command {
 				if err != nil || !dt.Weight() {
 					return fmt.Errorf("--dtypes %q: want f32, f16, bf16, q8_0 or q4_0", d)
 				}
-				opt.DTypes = append(opt.DTypes, dt)
+				if !slices.Contains(opt.DTypes, dt) {
+					opt.DTypes = append(opt.DTypes, dt)
+				}
 			}
 			if !c.Bool("in-process") {
 				exe, err := os.Executable()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -259,6 +260,13 @@ func newStudy(opt StudyOptions) (*study, error) {
 	if opt.Runner == nil {
 		opt.Runner = InProcess
 	}
+	var dts []format.DType // without repeats: each dtype's rows once
+	for _, d := range opt.DTypes {
+		if !slices.Contains(dts, d) {
+			dts = append(dts, d)
+		}
+	}
+	opt.DTypes = dts
 	seen := map[string]bool{}
 	for _, t := range append(append([]string(nil), opt.Tasks...), opt.SweepTask) {
 		if seen[t] {
