@@ -67,17 +67,23 @@ func readResults(t *testing.T, out string) *eval.Results {
 	return &r
 }
 
-func TestStudy(t *testing.T) {
-	model := sharedtest.Path(t, "models", "tinystories-656k")
-	data := sharedtest.Path(t, "data")
+// studyOptions returns a study of the shared tinystories-656k model in a
+// temporary folder (task scores of tinystories, model scores of xsum) on the
+// given tasks, its runs counted by c, with its model, data and output folders.
+func studyOptions(t *testing.T, c *counter, tasks []string, limit int) (opt eval.StudyOptions, model, data, out string) {
+	model = sharedtest.Path(t, "models", "tinystories-656k")
+	data = sharedtest.Path(t, "data")
 	dir := t.TempDir()
-	taskScores := writeScores(t, dir, model, data, "tinystories")
-	modelScores := writeScores(t, dir, model, data, "xsum")
-	out := filepath.Join(dir, "study")
+	out = filepath.Join(dir, "study")
+	opt = eval.StudyOptions{Model: model, TaskScores: writeScores(t, dir, model, data, "tinystories"),
+		ModelScores: writeScores(t, dir, model, data, "xsum"), Tasks: tasks, Limit: limit, DataDir: data, Out: out,
+		Threads: threads, Context: 128, Runner: c.run}
+	return opt, model, data, out
+}
+
+func TestStudy(t *testing.T) {
 	c := &counter{}
-	opt := eval.StudyOptions{Model: model, TaskScores: taskScores, ModelScores: modelScores,
-		Tasks: []string{"tinystories", "squad_v2"}, Limit: 2, DataDir: data, Out: out, Threads: threads,
-		Context: 128, Runner: c.run}
+	opt, model, data, out := studyOptions(t, c, []string{"tinystories", "squad_v2"}, 2)
 	start := time.Now()
 	res, err := eval.Study(opt)
 	require.NoError(t, err)
@@ -219,16 +225,9 @@ func TestStudyBadInput(t *testing.T) {
 // perplexity is within 1% of the F32 checkpoint's, and the files hold the
 // dtype.
 func TestStudyDTypes(t *testing.T) {
-	model := sharedtest.Path(t, "models", "tinystories-656k")
-	data := sharedtest.Path(t, "data")
-	dir := t.TempDir()
-	taskScores := writeScores(t, dir, model, data, "tinystories")
-	modelScores := writeScores(t, dir, model, data, "xsum")
-	out := filepath.Join(dir, "study")
 	c := &counter{}
-	opt := eval.StudyOptions{Model: model, TaskScores: taskScores, ModelScores: modelScores,
-		Tasks: []string{"tinystories"}, Limit: 4, DataDir: data, Out: out, Threads: threads, Context: 128,
-		NoSweeps: true, DTypes: []format.DType{format.Q8_0, format.Q4_0}, Runner: c.run}
+	opt, _, _, out := studyOptions(t, c, []string{"tinystories"}, 4)
+	opt.NoSweeps, opt.DTypes = true, []format.DType{format.Q8_0, format.Q4_0}
 	res, err := eval.Study(opt)
 	require.NoError(t, err)
 	ids := map[string]*eval.Run{}

@@ -418,22 +418,7 @@ func TestAddRows(t *testing.T) {
 									a[i] = 0 // skipped terms
 								}
 							}
-							dst0 := randVec(rng, cols)
-							dst := append([]float32(nil), dst0...)
-							AddRows(p, dst, m.Mat, sel, a)
-							for c := range dst {
-								want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
-								for j := range a {
-									r := j
-									if gathered {
-										r = int(sel[j])
-									}
-									v := float64(a[j]) * m.vals[r*cols+c]
-									want += v
-									scale += math.Abs(v)
-								}
-								checkClose(t, dst[c], want, scale, tolFor(dt), "AddRows %v cols %d k %d gathered %v col %d", dt, cols, k, gathered, c)
-							}
+							checkAddRows(t, rng, p, m, sel, a, tolFor(dt), nil)
 						}
 					}
 				}
@@ -516,20 +501,7 @@ func TestMatMulRowsTBlocks(t *testing.T) {
 				K, C := 75, 133
 				m := randMat(rng, dt, K, C, 1)
 				for _, T := range []int{2, 6, 7, 9, 16, 25} {
-					a := randVec(rng, T*K)
-					dst := make([]float32, T*C)
-					MatMulRowsT(p, dst, m.Mat, a, T)
-					for u := 0; u < T; u++ {
-						for c := 0; c < C; c++ {
-							var want, scale float64
-							for k := 0; k < K; k++ {
-								v := float64(a[u*K+k]) * m.vals[k*C+c]
-								want += v
-								scale += math.Abs(v)
-							}
-							checkClose(t, dst[u*C+c], want, scale, tolFor(dt), "MatMulRowsT blocks %v T=%d t=%d c=%d", dt, T, u, c)
-						}
-					}
+					checkMatMulRowsT(t, rng, p, m, T, tolFor(dt))
 				}
 			}
 		})
@@ -780,5 +752,32 @@ func checkMatMulRowsT(t *testing.T, rng *rand.Rand, p *Pool, m testMat, T int, t
 			}
 			checkClose(t, dst[u*C+c], want, scale, tol, "MatMulRowsT %v [%d,%d] T=%d t=%d c=%d", m.DType, K, C, T, u, c)
 		}
+	}
+}
+
+// checkAddRows runs AddRows of m over the terms a (rows sel; nil: 0, 1, …)
+// on a random dst and checks every column against the float64 sum within
+// tol of |dst| + Σ|a·w| (plus |a|·extra(r, c) per term, when extra is set).
+func checkAddRows(t *testing.T, rng *rand.Rand, p *Pool, m testMat, sel []int32, a []float32, tol float64, extra func(r, c int) float64) {
+	t.Helper()
+	C := m.Cols
+	dst0 := randVec(rng, C)
+	dst := append([]float32(nil), dst0...)
+	AddRows(p, dst, m.Mat, sel, a)
+	for c := range dst {
+		want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
+		for j := range a {
+			r := j
+			if sel != nil {
+				r = int(sel[j])
+			}
+			v := float64(a[j]) * m.vals[r*C+c]
+			want += v
+			scale += math.Abs(v)
+			if extra != nil {
+				scale += math.Abs(float64(a[j])) * extra(r, c)
+			}
+		}
+		checkClose(t, dst[c], want, scale, tol, "AddRows %v cols %d k %d gathered %v col %d", m.DType, C, len(a), sel != nil, c)
 	}
 }
