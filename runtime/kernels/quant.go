@@ -12,9 +12,10 @@ import (
 // weights is Cols/32 blocks; the kernels take block counts, so there are no
 // tails. Decode dots (MatVec, MatVecRows) quantize x to int8 blocks once per
 // call, with a float32 scale per block, and multiply in integers, as GGML's
-// vec_dot_q8_0_q8_0 and vec_dot_q4_0_q8_0 do; the neuron-row accumulation
-// (AddRows) and prefill (MatMul, MatMulRowsT) dequantize the weights to
-// float32 in registers.
+// vec_dot_q8_0_q8_0 and vec_dot_q4_0_q8_0 do. The neuron-row accumulation
+// (AddRows) dequantizes the weights to float32 in registers; prefill (MatMul,
+// MatMulRowsT) dequantizes blocks of them to float32 scratch once per call and
+// runs the float32 micro-kernels over them.
 
 // qIndex maps a block dtype to its index in the kernel sets' q tables.
 func qIndex(d format.DType) int {
