@@ -71,9 +71,6 @@ type kernelSet struct {
 	// with x quantized to int8 blocks by quantizeX (q_x[b] at xq + 64b; see
 	// there for the rest of the layout).
 	qdotRows [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
-	// qaxpyRows adds Σ_{j<m} a[j]·w_r to dst[:32·nb], rows as in dotRows,
-	// skipping a[j] == 0.
-	qaxpyRows [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)
 	// qaxpy4 adds a0·w0 + a1·w1 + a2·w2 + a3·w3 to dst[:32·nb], prefetching
 	// the rows p0..p3 as it goes.
 	qaxpy4 [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
@@ -122,7 +119,6 @@ var genericSet = &kernelSet{
 	swiglu:    swigluGo,
 	expSum:    expSumGo,
 	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0Go, qdotRowsQ4_0Go},
-	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0Go, qaxpyRowsQ4_0Go},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},
 	quantizeX: quantizeXGo,
 	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0Go, qaxpy4Q4_0Go},

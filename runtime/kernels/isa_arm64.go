@@ -23,7 +23,6 @@ var neonSet = &kernelSet{
 	expSum:    expSumNEON,
 	// Block-quantized rows (quant.go); x is quantized by the portable code.
 	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0NEON, qdotRowsQ4_0NEON},
-	qaxpyRows: [2]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int){qaxpyRowsQ8_0NEON, qaxpyRowsQ4_0NEON},
 	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON},
 	quantizeX: quantizeXGo,
 	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON},

@@ -102,49 +102,36 @@ func qdotRowsQ4_0Go(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *floa
 	qdotRowsGo(1, w, stride, idx, xq, xd, nb, m, dst)
 }
 
+// qDTypes are the dtypes of the q tables' indices.
+var qDTypes = [2]format.DType{format.Q8_0, format.Q4_0}
+
 // qcvtGo dequantizes nb blocks of table index q at src into dst[:32·nb].
 func qcvtGo(q int, dst *float32, src unsafe.Pointer, nb int) {
-	bb := qBlockBytes[q]
-	d, s := xs(dst, 32*nb), unsafe.Slice((*byte)(src), nb*bb)
-	for b := 0; b < nb; b++ {
-		blk, out := s[b*bb:(b+1)*bb], d[32*b:32*b+32]
-		scale := f16Table[binary.LittleEndian.Uint16(blk)]
-		if q == 0 {
-			for e, v := range blk[2:] {
-				out[e] = float32(int8(v)) * scale
-			}
-			continue
-		}
-		for e, v := range blk[2:] {
-			out[e] = float32(int32(v&15)-8) * scale
-			out[e+16] = float32(int32(v>>4)-8) * scale
-		}
+	if nb > 0 {
+		// Lengths agree by construction: the error cannot happen.
+		_ = format.Dequantize(xs(dst, 32*nb), unsafe.Slice((*byte)(src), nb*qBlockBytes[q]), qDTypes[q])
 	}
 }
 
 func qcvtQ8_0Go(dst *float32, src unsafe.Pointer, nb int) { qcvtGo(0, dst, src, nb) }
 func qcvtQ4_0Go(dst *float32, src unsafe.Pointer, nb int) { qcvtGo(1, dst, src, nb) }
 
+// qaxpyRowsGo adds Σ_{j<m} a[j]·w_r to dst[:32·nb] (rows as in dotRows),
+// a block at a time through qcvtGo, skipping a[j] == 0.
 func qaxpyRowsGo(q int, dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int) {
 	bb := qBlockBytes[q]
 	d := xs(dst, 32*nb)
+	var blk [32]float32
 	for j, aj := range xs(a, m) {
 		if aj == 0 {
 			continue
 		}
-		row := unsafe.Slice((*byte)(rowAt(w, stride, idx, j)), nb*bb)
+		row := rowAt(w, stride, idx, j)
 		for b := 0; b < nb; b++ {
-			blk, out := row[b*bb:(b+1)*bb], d[32*b:32*b+32]
-			scale := f16Table[binary.LittleEndian.Uint16(blk)] * aj
-			if q == 0 {
-				for e, v := range blk[2:] {
-					out[e] += float32(int8(v)) * scale
-				}
-				continue
-			}
-			for e, v := range blk[2:] {
-				out[e] += float32(int32(v&15)-8) * scale
-				out[e+16] += float32(int32(v>>4)-8) * scale
+			qcvtGo(q, &blk[0], unsafe.Add(row, b*bb), 1)
+			out := d[32*b : 32*b+32]
+			for e, v := range blk {
+				out[e] += aj * v
 			}
 		}
 	}
@@ -164,14 +151,6 @@ func qaxpy4Q8_0Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a
 
 func qaxpy4Q4_0Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
 	qaxpy4Go(1, dst, w0, w1, w2, w3, a0, a1, a2, a3, nb)
-}
-
-func qaxpyRowsQ8_0Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, _ int) {
-	qaxpyRowsGo(0, dst, w, stride, idx, a, nb, m)
-}
-
-func qaxpyRowsQ4_0Go(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, _ int) {
-	qaxpyRowsGo(1, dst, w, stride, idx, a, nb, m)
 }
 
 // qmatMulRange is matMulRange for block-quantized rows: blocks of rows are

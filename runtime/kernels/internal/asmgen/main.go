@@ -152,7 +152,6 @@ func amd64(g *gen) {
 		if x.name == "AVX2" {
 			for _, q := range qtypes {
 				x.qdotRows(g, q)
-				x.qaxpyRows(g, q)
 				x.qaxpy4(g, q)
 				x.qcvt(g, q)
 			}

@@ -164,57 +164,6 @@ func qDequant(g *gen, q qtype) {
 	}
 }
 
-// qaxpyRows: dst[e] += Σ_{j<m} a[j]·w_r[e] for e < 32·nb, rows r as in
-// dotRows (idx, stride, pf), the weights dequantized in registers. Terms with
-// a[j] == 0 are skipped.
-func (x x86) qaxpyRows(g *gen, q qtype) {
-	name := "qaxpyRows" + q.name + x.name
-	x.text(g, name, 64, "(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int, pf int)")
-	g.i("MOVQ w+8(FP), R8")
-	g.i("MOVQ stride+16(FP), R9")
-	g.i("MOVQ idx+24(FP), R12")
-	g.i("MOVQ a+32(FP), SI")
-	g.i("MOVQ nb+40(FP), CX")
-	g.i("MOVQ m+48(FP), BX")
-	g.i("MOVQ pf+56(FP), R10")
-	g.i("MOVQ ·f16Table(SB), R14")
-	qConsts(g)
-	g.i("VXORPS X14, X14, X14")
-	g.i("TESTQ CX, CX")
-	g.i("JEQ done")
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	x86RowStart(g)
-	g.i("VMOVSS (SI), X15")
-	g.i("ADDQ $4, SI")
-	g.i("VUCOMISS X14, X15")
-	g.i("JNE nonzero")
-	g.i("JPS nonzero") // unordered (NaN): add it
-	g.i("JMP skip")
-	g.p("nonzero:")
-	g.i("VBROADCASTSS X15, Y15")
-	g.i("MOVQ dst+0(FP), DI")
-	g.i("MOVQ CX, R15")
-	g.i("XORQ AX, AX")
-	g.p("blk:")
-	g.i("PREFETCHT0 (R11)(AX*1)")
-	qDequant(g, q)
-	for k := 0; k < 4; k++ {
-		g.i("VFMADD213PS %d(DI), Y5, Y%d", 32*k, k)
-		g.i("VMOVUPS Y%d, %d(DI)", k, 32*k)
-	}
-	g.i("ADDQ $%d, AX", q.bb)
-	g.i("ADDQ $128, DI")
-	g.i("DECQ R15")
-	g.i("JNE blk")
-	g.p("skip:")
-	x86RowNext(g)
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
-}
-
 // qcvt: dst[e] = w[e] for e < 32·nb, the nb blocks at src dequantized.
 func (x x86) qcvt(g *gen, q qtype) {
 	name := "qcvt" + q.name + x.name
@@ -543,7 +492,7 @@ func neonQCvt(g *gen, q qtype) {
 // qaxpy4: dst[e] += Σ_{r<4} a_r·w_r[e] for e < 32·nb, the four block rows
 // w0..w3 dequantized in registers; the rows p0..p3 (the caller's next ones)
 // are prefetched at the same pace. dst is loaded and stored once per four
-// rows, not once per row as in qaxpyRows: four rows' weights share each
+// rows, not once per row: four rows' weights share each
 // block of dst.
 func (x x86) qaxpy4(g *gen, q qtype) {
 	rows, pre := x.axpy4Head(g, "qaxpy4"+q.name+x.name, "nb", 8)
