@@ -158,9 +158,12 @@ func encodeEntry(b []byte, t *TensorInfo) []byte {
 // byteSize returns the data length of a tensor of dtype d and shape: the
 // product of the dimensions times the element size, or for a block dtype
 // (spec §5.2) the product of the outer dimensions times the bytes of a row of
-// the last. ok is false, with why, when the product of max(dim, 1) times the
-// element (block) size exceeds 2⁶³ − 1 (spec §5) or a block dtype's shape is
-// a scalar or has a last dimension that is not a multiple of the block.
+// the last. why says what is wrong, and is empty when nothing is: the
+// product of max(dim, 1) times the element (block) size exceeds math.MaxInt
+// (2⁶³ − 1, the limit of spec §5, on 64-bit platforms; the platform's int on
+// 32-bit ones, so that no consumer computing a partial product in int can
+// overflow), or a block dtype's shape is a scalar or has a last dimension
+// that is not a multiple of the block.
 func byteSize(shape []uint64, d DType) (n int64, why string) {
 	elems, size := d.Block()
 	if elems == 0 {

@@ -92,10 +92,10 @@ func (t Tensor) I32s() ([]int32, error) {
 func (t Tensor) ToF32() ([]float32, error) {
 	n := t.Elems()
 	if t.DType.Quantized() {
-		out := make([]float32, n)
-		if len(t.Shape) == 0 || t.Shape[len(t.Shape)-1]%BlockElems != 0 {
-			return nil, fmt.Errorf("tensor %s: shape %v is not whole rows of %v blocks", t.Name, t.Shape, t.DType)
+		if _, why := byteSize(shapeU64(t.Shape), t.DType); why != "" {
+			return nil, fmt.Errorf("tensor %s: shape %v of %v: %s", t.Name, t.Shape, t.DType, why)
 		}
+		out := make([]float32, n)
 		if err := Dequantize(out, t.Data, t.DType); err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
@@ -127,4 +127,14 @@ func (t Tensor) ToF32() ([]float32, error) {
 		return nil, fmt.Errorf("tensor %s: dtype %v is not a float type", t.Name, t.DType)
 	}
 	return out, nil
+}
+
+// shapeU64 converts a shape for byteSize; a negative dimension becomes one
+// byteSize rejects as too large.
+func shapeU64(shape []int) []uint64 {
+	dims := make([]uint64, len(shape))
+	for i, d := range shape {
+		dims[i] = uint64(d)
+	}
+	return dims
 }

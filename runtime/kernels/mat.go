@@ -53,12 +53,16 @@ func (m Mat) Bytes() int { return len(m.Data) }
 
 // RowBytes returns the size of one row in bytes (Cols/32 blocks for a block
 // dtype, whose Cols is a multiple of 32).
-func (m Mat) RowBytes() int {
-	if m.DType.Quantized() {
-		_, bb := m.DType.Block()
-		return m.Cols / format.BlockElems * bb
+func (m Mat) RowBytes() int { return m.colBytes(m.Cols) }
+
+// colBytes returns the byte offset of column c (a multiple of 32 for a block
+// dtype) within a row: c elements, or c/32 blocks. It is 0 for the zero Mat.
+func (m Mat) colBytes(c int) int {
+	e, b := m.DType.Block()
+	if e == 0 {
+		return 0
 	}
-	return m.Cols * m.DType.Size()
+	return c / e * b
 }
 
 // row returns the bytes of row r.

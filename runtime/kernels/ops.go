@@ -203,7 +203,7 @@ func (j *job) do(lo, hi int, s *scratch) {
 	case opAddRows: // [lo, hi) are columns
 		w := j.w
 		if w.DType.Quantized() {
-			qaccumRows(j.ks, qIndex(w.DType), j.dst[lo:hi], unsafe.Add(dataPtr(w), colBytes(w, lo)), w.RowBytes(), w.Rows, j.rows, j.x)
+			qaccumRows(j.ks, qIndex(w.DType), j.dst[lo:hi], unsafe.Add(dataPtr(w), w.colBytes(lo)), w.RowBytes(), w.Rows, j.rows, j.x)
 			return
 		}
 		es := w.DType.Size()
@@ -581,7 +581,7 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 				k1 := min(k0+kb, K)
 				for t := 0; t < T; t++ {
 					if quant {
-						qaccumRows(ks, qIndex(w.DType), dst[t*C+c0:t*C+c1], unsafe.Add(base, k0*rb+colBytes(w, c0)), rb, k1-k0, nil, a[t*K+k0:t*K+k1])
+						qaccumRows(ks, qIndex(w.DType), dst[t*C+c0:t*C+c1], unsafe.Add(base, k0*rb+w.colBytes(c0)), rb, k1-k0, nil, a[t*K+k0:t*K+k1])
 						continue
 					}
 					accumRows(ks, d, es, dst[t*C+c0:t*C+c1], unsafe.Add(base, k0*rb+c0*es), rb, k1-k0, nil, a[t*K+k0:t*K+k1], false)
@@ -627,12 +627,12 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 		for k0 := 0; k0 < K; k0 += kc {
 			n := min(kc, K-k0)
 			for k := 0; k < n; k++ {
-				src := unsafe.Add(base, (k0+k)*rb+colBytes(w, c0))
+				src := unsafe.Add(base, (k0+k)*rb+w.colBytes(c0))
 				pre := src // the same row of the next block, else of the next column block
 				if k0+kc+k < K {
 					pre = unsafe.Add(src, kc*rb)
 				} else if k0+kc >= K && c1 < hi {
-					pre = unsafe.Add(base, k*rb+colBytes(w, c1))
+					pre = unsafe.Add(base, k*rb+w.colBytes(c1))
 				}
 				if quant {
 					ks.qcvt[qIndex(w.DType)](&s.qw[0], src, bw/32)
@@ -675,16 +675,6 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 	}
 }
 
-// colBytes returns the byte offset of column c (a multiple of 32 for a block
-// dtype) within a row of w.
-func colBytes(w Mat, c int) int {
-	if w.DType.Quantized() {
-		_, bb := w.DType.Block()
-		return c / format.BlockElems * bb
-	}
-	return c * w.DType.Size()
-}
-
 // rowRange returns the row list of the row kernels for rows [lo, hi) of a
 // MatVec: w's data and &rows[lo] (checked), or for contiguous rows (rows
 // nil) row lo's address and nil.
@@ -712,9 +702,10 @@ func qmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, 
 // dtype of q table index q (len(dst) a multiple of 32), row(j) at base +
 // r·stride bytes, r = rows[j] (rows nil: r = j), r < nrows. Terms with
 // a[j] == 0 are skipped. The rows go four at a time (qaxpy4), so dst is
-// loaded and stored once per four: hot in cache, Q8_0 rows of 2048 went from
-// 9.4 to 12.0 G weights/s on Zen 3 against one row at a time (qaxpyRows),
-// Q4_0 from 7.6 to 7.9 (its nibble unpacking, not dst, bounds it).
+// loaded and stored once per four: hot in cache (256 rows of 2048, one
+// thread, Zen 3), Q8_0 went from 9.4 to 12.0 G weights/s against one row at a
+// time; Q4_0, bound by its nibble unpacking, from 7.6 to 7.9, and to
+// 10.4–11.3 with qaxpy4's VPMOVZXBD unpacking.
 func qaccumRows(ks *kernelSet, q int, dst []float32, base unsafe.Pointer, stride, nrows int, rows []int32, a []float32) {
 	if len(dst) == 0 || len(a) == 0 {
 		return
