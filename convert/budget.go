@@ -64,12 +64,12 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 		return Plan{}, err
 	}
 	var nonFFN, ffnLayer int64
-	tiedHead := cfg.TieEmbeddings && !ck.Has("lm_head.weight")
+	tied := tiedHead(ck)
 	for _, n := range ck.Names() {
 		t, _ := ck.Tensor(n)
 		b := int64(len(t.Data))
 		if opt.DType != 0 {
-			b = storedBytes(t, opt, tiedHead)
+			b = storedBytes(t, opt, tied)
 		}
 		if l, part := ffnPart(n); part != "" {
 			if l == 0 {

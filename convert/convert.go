@@ -84,7 +84,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		return nil, err
 	}
 	dtype := opt.DType
-	if opt.EmbedDType != 0 && (cfg.TieEmbeddings && !ck.Has("lm_head.weight") || !ck.Has("model.embed_tokens.weight")) {
+	if opt.EmbedDType != 0 && (tiedHead(ck) || !ck.Has("model.embed_tokens.weight")) {
 		return nil, fmt.Errorf("%s: --embed-dtype: the embedding is tied to the output projection (tie_word_embeddings), so it is stored as the head: use --head-dtype", ck.Dir)
 	}
 	if dtype.Quantized() && H%format.BlockElems != 0 {
@@ -182,7 +182,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 			}
 		default:
 			rep.StoredParams += int64(t.Elems())
-			dt, why := StoredDType(t, dtype, opt, cfg.TieEmbeddings && !ck.Has("lm_head.weight"))
+			dt, why := StoredDType(t, dtype, opt, tiedHead(ck))
 			if why != "" {
 				rep.Fallbacks = append(rep.Fallbacks, why)
 			}
@@ -335,6 +335,12 @@ func orderedNames(names []string) []string {
 var layerOrder = []string{
 	"input_layernorm.", "self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.", "self_attn.o_proj.",
 	"post_attention_layernorm.", "mlp.gate_proj.", "mlp.up_proj.", "mlp.down_proj.",
+}
+
+// tiedHead reports whether ck's embedding is also its output projection: a
+// tied model that stores no lm_head.weight (spec §6.1).
+func tiedHead(ck *hf.Checkpoint) bool {
+	return ck.Config.TieEmbeddings && !ck.Has("lm_head.weight")
 }
 
 // StoredDType returns the dtype a whole (not sliced) tensor t is stored in

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -82,9 +81,7 @@ func studyCommand() *cli.Command {
 				if err != nil || !dt.Weight() {
 					return fmt.Errorf("--dtypes %q: want f32, f16, bf16, q8_0 or q4_0", d)
 				}
-				if !slices.Contains(opt.DTypes, dt) {
-					opt.DTypes = append(opt.DTypes, dt)
-				}
+				opt.DTypes = append(opt.DTypes, dt) // Study drops repeats
 			}
 			if !c.Bool("in-process") {
 				exe, err := os.Executable()

@@ -152,11 +152,8 @@ func (s *study) writeReport() error {
 		for _, d := range o.DTypes {
 			for _, dr := range dtypeRows {
 				r := row{label: s.rowLabel(dr.id, dr.label) + ", " + d.String()}
-				if dr.id == "dense" {
-					r.label = dr.label + ", " + d.String()
-				}
 				for _, t := range o.Tasks {
-					r.runs = append(r.runs, s.groupRun(GroupDType, dr.id+"-"+strings.ToLower(d.String()), t))
+					r.runs = append(r.runs, s.groupRun(GroupDType, dr.id+"-"+dtypeID(d), t))
 				}
 				rows = append(rows, r)
 			}

@@ -164,7 +164,7 @@ type fileSpec struct {
 func (f fileSpec) name() string {
 	var d string
 	if f.dtype != 0 {
-		d = "-" + strings.ToLower(f.dtype.String())
+		d = "-" + dtypeID(f.dtype)
 	}
 	switch f.kind {
 	case FileSlim:
@@ -340,6 +340,9 @@ var tableRows = []struct{ id, label string }{
 	{"coreinfer-random", "CoreInfer + random loading"},
 }
 
+// dtypeID names a dtype in run IDs and file names ("q4_0").
+func dtypeID(d format.DType) string { return strings.ToLower(d.String()) }
+
 // Rows of the dtype table, for each StudyOptions.DTypes entry.
 var dtypeRows = []struct {
 	id, label string
@@ -375,7 +378,7 @@ func (s *study) buildPlan() {
 				if r.mode == runtime.Dense {
 					phi = fs.gamma
 				}
-				s.add(GroupDType, r.label+", "+d.String(), r.id+"-"+strings.ToLower(d.String()), task, r.mode, fs, phi)
+				s.add(GroupDType, r.label+", "+d.String(), r.id+"-"+dtypeID(d), task, r.mode, fs, phi)
 			}
 		}
 	}

@@ -227,7 +227,7 @@ func TestStudyBadInput(t *testing.T) {
 func TestStudyDTypes(t *testing.T) {
 	c := &counter{}
 	opt, _, _, out := studyOptions(t, c, []string{"tinystories"}, 4)
-	opt.NoSweeps, opt.DTypes = true, []format.DType{format.Q8_0, format.Q4_0}
+	opt.NoSweeps, opt.DTypes = true, []format.DType{format.Q8_0, format.Q4_0, format.Q8_0} // a repeat is dropped
 	res, err := eval.Study(opt)
 	require.NoError(t, err)
 	ids := map[string]*eval.Run{}
@@ -253,4 +253,6 @@ func TestStudyDTypes(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(table), "## Stored dtype")
 	require.Contains(t, string(table), "| SelectInfer (γ=0.7, δ=0.3, φ=0.4), Q4_0 |")
+	require.Equal(t, 1, strings.Count(string(table), "| Dense, Q8_0 |"))
+	require.Len(t, res.Runs, 6+2*3) // the six table rows on one task, and three per dtype (Q8_0 once)
 }
