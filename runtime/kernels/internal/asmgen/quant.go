@@ -136,11 +136,10 @@ func (x x86) qdotRows(g *gen, q qtype) {
 
 // qDequant leaves the 32 weights q of the block at (R8)(AX*1) as float32 in
 // Y0..Y3 (elements 0–7, 8–15, 16–23, 24–31) and its scale d (from the F16
-// table at R14; R13 is clobbered) times the float32 broadcast in Y15 in Y5.
+// table at R14; R13 is clobbered) in Y5.
 func qDequant(g *gen, q qtype) {
 	g.i("MOVWLZX (R8)(AX*1), R13")
 	g.i("VBROADCASTSS (R14)(R13*4), Y5")
-	g.i("VMULPS Y15, Y5, Y5")
 	if q.name == "Q8_0" {
 		for k := 0; k < 4; k++ {
 			g.i("VPMOVSXBD %d(R8)(AX*1), Y%d", 2+8*k, k)
@@ -172,10 +171,7 @@ func (x x86) qcvt(g *gen, q qtype) {
 	g.i("MOVQ src+8(FP), R8")
 	g.i("MOVQ nb+16(FP), CX")
 	g.i("MOVQ ·f16Table(SB), R14")
-	qConsts(g)
-	g.i("MOVL $0x3f800000, R13") // 1.0
-	g.i("VMOVD R13, X15")
-	g.i("VBROADCASTSS X15, Y15")
+	qMasks(g, "R13")
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
