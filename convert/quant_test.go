@@ -122,6 +122,7 @@ func TestConvertQuantized(t *testing.T) {
 			f, m, rep := convertFile(t, ck, opt)
 			require.Empty(t, rep.Fallbacks)
 			require.Equal(t, dt, f.Metadata().DType)
+			digests := 0
 			for _, ti := range f.Tensors() {
 				switch {
 				case len(ti.Shape) == 1:
@@ -139,7 +140,10 @@ func TestConvertQuantized(t *testing.T) {
 				tt, err := f.Tensor(ti.Name)
 				require.NoError(t, err)
 				require.Equal(t, want.SHA256, digest(tt.Data), ti.Name)
+				digests++
 			}
+			// lm_head, layer 0's gate, up and down, and both layers' v and o.
+			require.Equal(t, 8, digests)
 			require.True(t, m.Layers[1].MLP.Sliced)
 			require.Equal(t, dt, m.Layers[1].MLP.DownT.DType)
 			// Prefill (MatMul) and one decode step (MatVec) on both models.
