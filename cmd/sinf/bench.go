@@ -23,10 +23,11 @@ func benchCommand() *cli.Command {
 		Name:  "bench",
 		Usage: "measure prefill and decode speed, peak RSS, and decode speed against the memory-bandwidth roofline",
 		UsageText: "sinf bench --model FILE.sinf|DIR [--mode dense|selectinfer|coreinfer] [--phi F] [--alpha A]\n" +
-			"   [--threads N] [--prompt-tokens 64] [--gen-tokens 32] [--repeat 3] [--json]",
+			"   [--threads N] [--busy N] [--prompt-tokens 64] [--gen-tokens 32] [--repeat 3] [--json]",
 		Flags: append(runcmd.SparsityFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
-			&cli.IntFlag{Name: "threads", Usage: "kernel threads, also used for the bandwidth measurement (0: all CPUs)"},
+			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage + "; also used for the bandwidth measurement"},
+			&cli.IntFlag{Name: "busy", Usage: "run N busy-loop processes (one CPU each) during the measurement: speed on a device whose CPUs other work uses"},
 			&cli.IntFlag{Name: "prompt-tokens", Value: 64, Usage: "prompt length P (a fixed pseudo-random sequence of valid ids)"},
 			&cli.IntFlag{Name: "gen-tokens", Value: 32, Usage: "decode steps G"},
 			&cli.IntFlag{Name: "repeat", Value: 3, Usage: "timed runs R; the medians are reported"},
@@ -42,6 +43,9 @@ func benchCommand() *cli.Command {
 			}
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
+			}
+			if b := c.Int("busy"); b < 0 || b > kernels.MaxThreads() {
+				return fmt.Errorf("--busy %d: want 0 to %d busy loops", b, kernels.MaxThreads())
 			}
 			if mib := c.Int("bandwidth-mib"); mib < 0 || mib > maxBandwidthMiB {
 				return fmt.Errorf("--bandwidth-mib %d: want 0 (skip) to %d", mib, maxBandwidthMiB)
@@ -66,10 +70,18 @@ func benchCommand() *cli.Command {
 				defer f.Close()
 				opt.Profile = f
 			}
+			if b := c.Int("busy"); b > 0 {
+				stop, err := startBusy(b)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			rep, err := runBench(l, pool, sp, opt)
 			if err != nil {
 				return err
 			}
+			rep.Busy = c.Int("busy")
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(rep)
 			}
@@ -93,6 +105,7 @@ type benchReport struct {
 	Phi                float64   `json:"phi,omitempty"`
 	Alpha              float64   `json:"alpha,omitempty"`
 	Threads            int       `json:"threads"`
+	Busy               int       `json:"busy,omitempty"` // competing busy loops (--busy)
 	ISA                string    `json:"isa"`
 	DType              string    `json:"dtype"`         // the FFN weights' (layer 0's gate_proj)
 	LMHeadDType        string    `json:"lm_head_dtype"` // the output projection's
@@ -115,6 +128,15 @@ type benchReport struct {
 	BandwidthBuffer    int       `json:"bandwidth_buffer_bytes"`
 	RooflineFraction   float64   `json:"roofline_fraction"` // against the median bandwidth
 	ComputedNeurons    []int     `json:"computed_neurons"`
+	// Of the timed runs' kernel calls split across threads: the fraction of
+	// chunks the calling thread ran itself (1/threads when the workers keep
+	// up, near 1 when they are descheduled), and of calls whose caller slept
+	// waiting for a worker's chunk.
+	CallerChunkFraction float64 `json:"caller_chunk_fraction,omitempty"`
+	CallerParkFraction  float64 `json:"caller_park_fraction,omitempty"`
+	// The mean number of threads the pool woke per call (it wakes fewer when
+	// the CPUs are oversubscribed).
+	ActiveThreads float64 `json:"active_threads,omitempty"`
 }
 
 // benchPrompt returns n pseudo-random token ids in [0, vocab), the same for
@@ -149,7 +171,11 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 	}
 	prompt := benchPrompt(opt.Prompt, m.Config.Vocab)
 	gen := runtime.GenerateOptions{MaxTokens: opt.Gen + 1, Sparsity: sp} // the first token comes from prefill
+	var before kernels.PoolStats
 	for r := 0; r < opt.Warmup+opt.Repeat; r++ {
+		if r == opt.Warmup {
+			before = pool.Stats()
+		}
 		if r == opt.Warmup && opt.Profile != nil {
 			if err := pprof.StartCPUProfile(opt.Profile); err != nil {
 				return nil, err
@@ -170,6 +196,12 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 	}
 	if opt.Profile != nil {
 		pprof.StopCPUProfile()
+	}
+	if st := pool.Stats(); st.Calls > before.Calls {
+		calls, chunks := float64(st.Calls-before.Calls), float64(st.Chunks-before.Chunks)
+		rep.CallerChunkFraction = float64(st.CallerChunks-before.CallerChunks) / chunks
+		rep.CallerParkFraction = float64(st.CallerParks-before.CallerParks) / calls
+		rep.ActiveThreads = float64(st.ThreadCalls-before.ThreadCalls) / calls
 	}
 	rep.PrefillTokensPerS = median(rep.PrefillRuns)
 	rep.DecodeTokensPerS = median(rep.DecodeRuns)
@@ -218,6 +250,13 @@ func printBench(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "model      %s (%s, %s mapped; weights %s, LM head %s)\n", r.Model, r.Kind, human(r.MappedBytes), r.DType, r.LMHeadDType)
 	fmt.Fprintf(w, "run        mode %s, %d threads, kernels %s; prompt %d tokens, %d decode steps, median of %d runs\n",
 		mode, r.Threads, r.ISA, r.PromptTokens, r.GenTokens, r.Repeat)
+	if r.Busy > 0 {
+		fmt.Fprintf(w, "load       %d busy-loop processes ran beside it (--busy)\n", r.Busy)
+	}
+	if r.Threads > 1 && r.CallerChunkFraction > 0 {
+		fmt.Fprintf(w, "threads    %.2f of %d woken per call on average; the calling thread ran %.0f%% of the chunks, and slept on %.1f%% of the calls\n",
+			r.ActiveThreads, r.Threads, 100*r.CallerChunkFraction, 100*r.CallerParkFraction)
+	}
 	fmt.Fprintf(w, "prefill    %.1f tok/s   runs %s\n", r.PrefillTokensPerS, runs(r.PrefillRuns))
 	fmt.Fprintf(w, "decode     %.2f tok/s   runs %s\n", r.DecodeTokensPerS, runs(r.DecodeRuns))
 	fmt.Fprintf(w, "peak RSS   %s\n", human(r.PeakRSSBytes))

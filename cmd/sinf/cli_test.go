@@ -3,15 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 // run runs the sinf command line in-process and returns its stdout.
@@ -175,6 +178,35 @@ func TestNegativeThreads(t *testing.T) {
 		_, err := run(t, append(args, "--threads", "-3")...)
 		require.ErrorContains(t, err, "--threads -3: want ≥ 0", "sinf %s", args[0])
 	}
+}
+
+// TestThreadsLimits: a count far above the CPUs is refused before anything
+// is read; one above the physical cores runs, with a warning on stderr; and
+// bench --busy runs its busy loops and says so.
+func TestThreadsLimits(t *testing.T) {
+	most := kernels.MaxThreads()
+	_, err := run(t, "eval", "--model", "x", "--task", "squad_v2", "--threads", strconv.Itoa(most+1))
+	require.EqualError(t, err, fmt.Sprintf("--threads %d: at most %d (4 per CPU this process may use; it has %d physical cores, the default)",
+		most+1, most, kernels.DefaultThreads()))
+
+	n := kernels.DefaultThreads() + 1
+	var o, e bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &o, &e
+	require.NoError(t, app.Run([]string{"sinf", "bench", "--model", filepath.Join("..", "..", "testdata", "models", "tinystories-656k"),
+		"--threads", strconv.Itoa(n), "--busy", "1", "--prompt-tokens", "4", "--gen-tokens", "4", "--repeat", "1", "--warmup", "0",
+		"--bandwidth-mib", "0", "--json"}))
+	require.Equal(t, fmt.Sprintf("warning: --threads %d is more than the %d physical cores this process may use: the extra threads share cores and will not run faster\n",
+		n, n-1), e.String())
+	var r benchReport
+	require.NoError(t, json.Unmarshal(o.Bytes(), &r))
+	require.Equal(t, n, r.Threads)
+	require.Equal(t, 1, r.Busy)
+	require.Greater(t, r.ActiveThreads, 0.99)
+	require.LessOrEqual(t, r.ActiveThreads, float64(n))
+
+	_, err = run(t, "bench", "--model", "x", "--busy", "-1")
+	require.EqualError(t, err, fmt.Sprintf("--busy -1: want 0 to %d busy loops", most))
 }
 
 // TestMissingDataHint: a built-in task whose data is not in the folder names

@@ -26,7 +26,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "task", Required: true, Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate the first N examples (perplexity: N windows; 0: all)"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
-			&cli.IntFlag{Name: "threads", Usage: "kernel threads (0: all CPUs)"},
+			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage},
 			&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
 			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens generated at most (0: 32 for QA, 128 for translation and summarization)"},
 			&cli.IntFlag{Name: "window", Usage: "perplexity window in tokens, BOS included (0: min(context, 256))"},

@@ -11,6 +11,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/convert/hf"
@@ -48,7 +49,7 @@ func profileCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-new-tokens", Value: 16, Usage: "greedy tokens generated and scored after each prompt"},
 			&cli.StringFlag{Name: "shard", Usage: "I/N: profile every N-th prompt starting at I (for job arrays)"},
 			&cli.IntFlag{Name: "batch", Value: 1, Usage: "prompts profiled at once"},
-			&cli.IntFlag{Name: "threads", Usage: "kernel threads per prompt in flight (0: CPUs / batch)"},
+			&cli.IntFlag{Name: "threads", Usage: "kernel threads per prompt in flight (0: the physical cores this process may use / --batch)"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "score file to write (safetensors)"},
 			&cli.IntFlag{Name: "chunk-size", Usage: "also write one score file per K consecutive prompts (OUT.chunkNNN) for the within-task analysis"},
@@ -60,10 +61,11 @@ func profileCommand() *cli.Command {
 				return fmt.Errorf("--limit %d: want ≥ 0 (0: all prompts)", c.Int("limit"))
 			case c.Int("batch") < 1:
 				return fmt.Errorf("--batch %d: want ≥ 1", c.Int("batch"))
-			case c.Int("threads") < 0:
-				return fmt.Errorf("--threads %d: want ≥ 0", c.Int("threads"))
 			case c.Int("max-new-tokens") < 0:
 				return fmt.Errorf("--max-new-tokens %d: want ≥ 0", c.Int("max-new-tokens"))
+			}
+			if err := runcmd.CheckThreads(c); err != nil {
+				return err
 			}
 			if fo, err := os.Stat(c.String("out")); err == nil {
 				entries, _ := os.ReadDir(c.String("model"))

@@ -38,7 +38,7 @@ type Options struct {
 	// and summarization). QA and translation also stop at a newline,
 	// every kind at EOS.
 	MaxNewTokens int
-	Threads      int // kernel threads (≤ 0: all CPUs)
+	Threads      int // kernel threads (≤ 0: kernels.DefaultThreads())
 	Context      int // KV cache positions (≤ 0: max_position_embeddings)
 	// Window and Stride are the perplexity windows in tokens (see
 	// Evaluate); ≤ 0 selects the defaults.

@@ -73,7 +73,7 @@ type StudyOptions struct {
 	Gamma, Delta          float64 // default 0.7, 0.3
 	Phi, Alpha            float64 // default 0.4, 0.2
 	Seed                  uint64  // of the random-loading and full files
-	Threads, Context      int     // per run (≤ 0: all CPUs, max_position_embeddings)
+	Threads, Context      int     // per run (≤ 0: kernels.DefaultThreads(), max_position_embeddings)
 	// DTypes adds, for each stored dtype (such as Q8_0 and Q4_0), the
 	// rows of the dtype table (the layout of the paper's Table 4: γ-dense
 	// against quantized): dense (a γ=1 file in the dtype), γ-dense and

@@ -66,7 +66,7 @@ func (a *Accumulator) clear() {
 type Options struct {
 	MaxNewTokens int // greedy tokens generated (and fed back) after each prompt
 	Workers      int // prompts profiled at once, each with its own session (≤ 0: 1)
-	Threads      int // kernel threads per worker (≤ 0: all CPUs / Workers)
+	Threads      int // kernel threads per worker (≤ 0: kernels.DefaultThreads() / Workers, at least 1)
 	Context      int // KV cache positions (≤ 0: max_position_embeddings)
 	BOS          int // kept as the first token when a prompt is cut (-1: none)
 	// Progress, when set, is called after each prompt with the prompts and
@@ -133,6 +133,9 @@ func Run(m *runtime.Model, prompts [][]int, opt Options) (*Result, error) {
 		readySlot chan struct{}
 	}
 	threads := opt.Threads
+	if threads <= 0 {
+		threads = max(1, kernels.DefaultThreads()/workers)
+	}
 	// Per-prompt slots keep the order of summation fixed.
 	slots := make([]done, len(prompts))
 	for i := range slots {

@@ -587,10 +587,12 @@ func TestNoAllocs(t *testing.T) {
 	})
 }
 
-// TestPoolLateWake delays the last worker of one call between its count-down
-// and its wake-up until the next call's caller sleeps: that wake-up must not
-// end the next call before its worker has run. The matrix is large enough
-// (16 MiB) that the worker's half takes longer than waking the caller.
+// TestPoolLateWake delays the worker that finishes a call's last chunk,
+// between its count-down and its wake-up, until the next call's caller
+// sleeps: that wake-up must not end the next call before its chunks are done.
+// The matrix is large enough (16 MiB) that a chunk takes longer than waking
+// the caller. Chunks do not depend on who runs them, so every call's result is
+// bit for bit the first one's, which is checked against the reference.
 func TestPoolLateWake(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
@@ -603,11 +605,17 @@ func TestPoolLateWake(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	m := randMat(rng, format.F32, 4096, 1024, 0)
 	x := randVec(rng, 1024)
+	first := make([]float32, 4096)
+	MatVec(p, first, m.Mat, x)
+	for r := range first {
+		want, scale := m.refDot(r, x)
+		checkClose(t, first[r], want, scale, 1e-5, "row %d", r)
+	}
 	dst := make([]float32, 4096)
 	// Until the delay has run once (it needs a call whose caller did not
 	// sleep), and two calls after it.
 	after := 0
-	for call := 0; call < 200 && after < 2; call++ {
+	for call := 0; call < 2000 && after < 2; call++ {
 		if fired.Load() {
 			after++
 		}
@@ -615,13 +623,11 @@ func TestPoolLateWake(t *testing.T) {
 			dst[i] = float32(math.NaN())
 		}
 		MatVec(p, dst, m.Mat, x)
-		require.Zero(t, p.pending.Load(), "call %d returned before its worker finished", call)
-		for r := range dst {
-			want, scale := m.refDot(r, x)
-			checkClose(t, dst[r], want, scale, 1e-5, "call %d row %d", call, r)
-		}
+		st := p.state.Load()
+		require.Equal(t, int(st&maxChunks), int(p.done.Load()), "call %d returned before its chunks were done", call)
+		require.Equal(t, first, dst, "call %d", call)
 	}
-	require.True(t, fired.Load(), "the delay never ran: the test did not test the late wake-up")
+	require.True(t, fired.Load(), "the delay never ran: the test did not test the late wake-up (stats %+v)", p.Stats())
 }
 
 // TestPoolAfterClose: a kernel on a closed pool panics instead of waiting

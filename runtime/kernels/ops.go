@@ -50,9 +50,10 @@ func (p *Pool) quantizeX(j *job) {
 // AddRows computes dst[c] += Σ_j a[j]·W[rows[j],c]: the neuron-row form of the
 // transposed down_proj ([kept, hidden], spec/sinf.md) over selected neurons.
 // rows nil means rows 0..len(a)-1. Shapes: dst [w.Cols], a [len(rows)].
-// With several workers the terms are split across them, each summing its
-// share into a private buffer, and the partial sums are then added to dst (so
-// each worker streams whole rows). Terms with a[j] == 0 are skipped.
+// With several workers the terms are cut into chunks, each summed into a
+// buffer of its own, and the partial sums are then added to dst in chunk
+// order (so each worker streams whole rows, and the result does not depend on
+// which worker ran which chunk). Terms with a[j] == 0 are skipped.
 func AddRows(p *Pool, dst []float32, w Mat, rows []int32, a []float32) {
 	checkMat(w)
 	checkLen("AddRows dst", dst, w.Cols)
@@ -73,8 +74,8 @@ func AddRows(p *Pool, dst []float32, w Mat, rows []int32, a []float32) {
 	parts := p.run(job{op: opAddRowsPart, ks: ks, w: w, x: a[:n], rows: rows}, n)
 	C := w.Cols
 	nb := C &^ (ks.blk - 1)
-	for i := 0; i < parts; i++ {
-		acc := p.scratch[i].acc[:C]
+	for i := range parts {
+		acc := p.parts[i][:C]
 		if nb > 0 {
 			ks.axpy1[0](&dst[0], unsafe.Pointer(&acc[0]), 1, nb)
 		}
@@ -158,6 +159,8 @@ type job struct {
 	attn AttnShape // Attention: the shape
 	xq   []int8    // MatVec on block-quantized weights: x as int8 blocks
 	xd   []float32 // and their scales
+	// parts: AddRowsPart's partial sums, one buffer per chunk
+	parts [][]float32
 }
 
 // colAlign returns the multiple that the pool keeps the job's ranges to
@@ -190,8 +193,8 @@ func (j *job) alignRequired() bool {
 	return j.w.DType.Quantized() && (j.op == opAddRows || j.op == opMatMulT)
 }
 
-// do runs the part [lo, hi) of the job's parallel dimension.
-func (j *job) do(lo, hi int, s *scratch) {
+// do runs chunk c, the part [lo, hi) of the job's parallel dimension.
+func (j *job) do(lo, hi int, s *scratch, c int) {
 	if lo >= hi {
 		return
 	}
@@ -209,12 +212,9 @@ func (j *job) do(lo, hi int, s *scratch) {
 		es := w.DType.Size()
 		accumRows(j.ks, dtIndex(w.DType), es, j.dst[lo:hi],
 			unsafe.Add(dataPtr(w), lo*es), w.RowBytes(), w.Rows, j.rows, j.x, true)
-	case opAddRowsPart: // [lo, hi) are terms, summed into s.acc
+	case opAddRowsPart: // [lo, hi) are terms, summed into j.parts[c]
 		w := j.w
-		if cap(s.acc) < w.Cols {
-			s.acc = make([]float32, w.Cols)
-		}
-		acc := s.acc[:w.Cols]
+		acc := j.parts[c][:w.Cols]
 		clear(acc)
 		if w.DType.Quantized() {
 			rb := w.RowBytes()

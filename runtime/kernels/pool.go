@@ -1,42 +1,79 @@
 package kernels
 
 import (
-	"runtime"
 	"sync/atomic"
+	"time"
 )
 
-// Pool is a fixed set of worker goroutines that split each kernel call's
-// parallel dimension into contiguous ranges. It starts its workers once; a
-// call neither starts goroutines nor allocates. A Pool runs one call at a time:
-// callers from several goroutines must use separate pools.
+// Pool is a fixed set of worker goroutines that run each kernel call's
+// parallel dimension in chunks. It starts its workers once; a call neither
+// starts goroutines nor allocates. A Pool runs one call at a time: callers
+// from several goroutines must use separate pools.
+//
+// Each call is cut into a few chunks per worker (chunksPerWorker), which the
+// caller and the workers take from a shared counter. A worker the operating
+// system has descheduled (a busy device, test binaries side by side) then
+// only delays the chunk it holds: the others, the caller included, take the
+// rest, and a worker that has not woken yet takes nothing. The chunks depend
+// only on the call's size and the pool's thread count, never on who ran
+// them, so results are the same from run to run.
 //
 // Decode issues hundreds of small calls per token, so waking a parked
-// goroutine for each (a futex wake, tens of microseconds on a busy VM) would
-// cost more than the work. Workers therefore spin on a generation counter for
-// a short while after each call and park only when the pool stays idle.
+// goroutine for each (tens of µs on a busy VM) would cost more than the work.
+// Idle workers therefore spin for a new call, bounded in time (workerSpin),
+// and the caller spins for the last chunks (callerSpin); either parks at once
+// when its spin was interrupted by the operating system (the CPUs are
+// oversubscribed, and a spinning thread would take a CPU from one with work).
 type Pool struct {
 	workers int
 	cur     job
-	spans   []span        // spans[i]: the range of worker i+1 for this call
-	gen     atomic.Uint64 // incremented for each call; workers run when it moves
-	pending atomic.Int32  // worker ranges of this call not yet done
+	chunk   int           // the current call's units per chunk
+	units   int           // and its size
+	gen     uint64        // the current call's generation (caller only)
+	state   atomic.Uint64 // gen<<genShift | next chunk<<chunkBits | chunks
+	done    atomic.Int32  // chunks of the current call finished
 	closed  atomic.Bool
 	parked  []atomic.Bool   // parked[i]: worker i+1 is (about to be) asleep on wake[i]
 	wake    []chan struct{} // one-slot wake-up channels
-	waiting atomic.Bool     // the caller is (about to be) asleep on done
-	done    chan struct{}   // one slot: the last worker of a call wakes the caller
+	waiting atomic.Bool     // the caller is (about to be) asleep on finished
+	// finished has one slot: the worker that finishes a call's last chunk
+	// wakes the caller through it.
+	finished chan struct{}
 	// testLastDone, when set (tests only, before the first call), runs in the
-	// last worker of a call between its count-down and its wake-up.
+	// worker that finishes a call's last chunk, between its count-down and
+	// its wake-up.
 	testLastDone func()
-	scratch      []*scratch // one per worker; [0] is the calling goroutine's
+	// testClaim, when set (tests only), runs in a worker before it takes
+	// chunks of a call.
+	testClaim func(worker int)
+	parts     [][]float32 // AddRows' partial sums, one per chunk
+	scratch   []*scratch  // one per worker; [0] is the calling goroutine's
+	stats     PoolStats
+	// adapt's state (caller only): the threads woken for a call, the
+	// current window's start, quiet windows in a row (-1: the last window
+	// was not quiet).
+	active   int
+	winStart time.Duration
+	winDelay int64 // the threads' run delay at winStart, ns
+	quiet    int
+	delay    delayReader
 }
 
-type span struct{ lo, hi int }
+// PoolStats counts what a pool's threads did, for benchmarks and tests.
+type PoolStats struct {
+	Calls        uint64 // kernel calls split into chunks
+	Chunks       uint64 // their chunks
+	CallerChunks uint64 // chunks the calling goroutine ran
+	CallerParks  uint64 // calls whose caller slept waiting for a worker's chunk
+	ThreadCalls  uint64 // Σ over calls of the threads woken for it (Active)
+}
+
+// Stats returns the pool's counts so far. Call it between kernel calls.
+func (p *Pool) Stats() PoolStats { return p.stats }
 
 // scratch is a worker's private buffer space, kept across calls.
 type scratch struct {
 	pack []float32 // MatMulRowsT's float32 copy of a weight block
-	acc  []float32 // AddRows's partial sum
 	att  []float32 // Attention's scores for one token-head pair
 	xq   []int8    // the caller's: MatVec's x as int8 blocks (block-quantized weights)
 	xd   []float32 // and their scales
@@ -46,24 +83,70 @@ type scratch struct {
 // minChunk is the smallest range worth handing to another worker.
 const minChunk = 8
 
-// spinChecks is how many times an idle worker polls for a new call before it
-// parks, and a caller polls for the workers to finish before it sleeps. Each
-// poll is paced by cpuPause (about 30 ns on Zen 3): about 0.5 ms of spinning,
-// longer than the serial gaps between prefill's kernel calls (norms, RoPE and
-// the activation counter over all tokens); waking a parked worker costs tens
-// of µs on a VM. The price: test binaries sharing the CPUs run several times
-// slower. Without the pause, 2-thread prefill on a 2-vCPU VM ran 8–30% slower
-// (a spinning vCPU competes with the working one).
-const spinChecks = 1 << 14
+// chunksPerWorker is how many chunks a call is cut into per thread (fewer
+// when it is small). More chunks let the others absorb a descheduled worker's
+// share; each costs one atomic claim and, for AddRows, one more partial sum to add.
+const chunksPerWorker = 4
 
-// NewPool starts a pool of n workers (n ≤ 0: runtime.NumCPU()). The calling
+// The state word: the generation above genShift, then the next chunk to take
+// and the number of chunks, chunkBits each.
+const (
+	chunkBits = 12
+	maxChunks = 1<<chunkBits - 1
+	genShift  = 2 * chunkBits
+)
+
+// workerSpin is how long an idle worker polls for the next call before it
+// parks; callerSpin how long a caller polls for the last chunks before it
+// sleeps. Decode's gaps between calls are a few µs (norms, RoPE), longer at
+// the end of a token (sampling) and in prefill (the activation counter);
+// waking a parked worker costs tens of µs on a VM, but the caller does not
+// wait for it (it takes the chunks itself meanwhile). A caller waits for a
+// chunk in flight, at most a chunk's time while that worker runs.
+const (
+	workerSpin = 200 * time.Microsecond
+	callerSpin = 50 * time.Microsecond
+	// preempted: a gap this long between two polls means the operating
+	// system ran something else on this CPU meanwhile.
+	preempted = 30 * time.Microsecond
+	// pollsPerCheck: polls (cpuPause each, 10–50 ns) between clock reads.
+	pollsPerCheck = 16
+)
+
+// epoch is the origin of the pool's monotonic clock.
+var epoch = time.Now()
+
+func now() time.Duration { return time.Since(epoch) }
+
+// spin polls ready, cpuPause between polls, for up to limit. It returns true
+// once ready does, false when the limit passed or the thread was descheduled
+// while it polled (the CPUs are oversubscribed: the caller should park).
+func spin(ready func() bool, limit time.Duration) bool {
+	start := now()
+	last := start
+	for {
+		for range pollsPerCheck {
+			if ready() {
+				return true
+			}
+			cpuPause()
+		}
+		t := now()
+		if t-start > limit || t-last > preempted {
+			return ready()
+		}
+		last = t
+	}
+}
+
+// NewPool starts a pool of n threads (n ≤ 0: DefaultThreads()). The calling
 // goroutine works too, so n-1 goroutines are started.
 func NewPool(n int) *Pool {
 	if n <= 0 {
-		n = runtime.NumCPU()
+		n = DefaultThreads()
 	}
-	p := &Pool{workers: n, spans: make([]span, n-1), parked: make([]atomic.Bool, n-1),
-		wake: make([]chan struct{}, n-1), done: make(chan struct{}, 1), scratch: make([]*scratch, n)}
+	p := &Pool{workers: n, active: n, parked: make([]atomic.Bool, n-1), wake: make([]chan struct{}, n-1),
+		finished: make(chan struct{}, 1), scratch: make([]*scratch, n)}
 	for i := range p.scratch {
 		p.scratch[i] = new(scratch)
 	}
@@ -74,54 +157,80 @@ func NewPool(n int) *Pool {
 	return p
 }
 
-// worker i runs range spans[i] of each call whose generation it sees.
+// worker i runs chunks of each call whose generation it sees.
 func (p *Pool) worker(i int) {
 	s := p.scratch[i+1]
 	var seen uint64
+	fresh := func() bool { return p.state.Load()>>genShift != seen }
 	for {
-		g := p.gen.Load()
-		for spins := 0; g == seen; spins++ {
-			if spins < spinChecks {
-				cpuPause()
-				g = p.gen.Load()
-				continue
-			}
+		for !spin(fresh, workerSpin) {
 			// Park: announce it, look once more, then sleep unless a call
 			// slipped in (the caller wakes a worker it finds parked).
 			p.parked[i].Store(true)
-			if g = p.gen.Load(); g != seen && p.parked[i].CompareAndSwap(true, false) {
+			if fresh() && p.parked[i].CompareAndSwap(true, false) {
 				break
 			}
 			<-p.wake[i]
-			g = p.gen.Load()
-			spins = 0
 		}
-		seen = g
 		if p.closed.Load() {
 			return
 		}
-		sp := p.spans[i]
-		if sp.lo < sp.hi {
-			p.cur.do(sp.lo, sp.hi, s)
+		seen = p.state.Load() >> genShift
+		if p.testClaim != nil {
+			p.testClaim(i)
 		}
-		if p.pending.Add(-1) == 0 {
+		p.work(seen, s, false)
+	}
+}
+
+// claim takes the next chunk of call gen: its index and the call's number of
+// chunks, or ok false when that call has none left (or has ended).
+func (p *Pool) claim(gen uint64) (c, total int, ok bool) {
+	for {
+		s := p.state.Load()
+		c, total = int(s>>chunkBits&maxChunks), int(s&maxChunks)
+		if s>>genShift != gen || c >= total {
+			return 0, 0, false
+		}
+		if p.state.CompareAndSwap(s, s+1<<chunkBits) {
+			return c, total, true
+		}
+	}
+}
+
+// work runs chunks of call gen until none is left, and returns how many.
+// A worker that finishes the call's last chunk wakes a waiting caller.
+func (p *Pool) work(gen uint64, s *scratch, caller bool) (ran int) {
+	for {
+		c, total, ok := p.claim(gen)
+		if !ok {
+			return ran
+		}
+		// Claimed: until this chunk is counted done, the caller keeps the
+		// call (cur, chunk, units, parts) as it published it.
+		lo := c * p.chunk
+		p.cur.do(lo, min(lo+p.chunk, p.units), s, c)
+		ran++
+		if int(p.done.Add(1)) == total && !caller {
 			if p.testLastDone != nil {
 				p.testLastDone()
 			}
 			if p.waiting.CompareAndSwap(true, false) {
-				p.done <- struct{}{}
+				p.finished <- struct{}{}
 			}
 		}
 	}
 }
 
-// Threads returns the number of workers, the caller included.
+// Threads returns the number of threads, the caller included.
 func (p *Pool) Threads() int { return p.workers }
 
 // Close stops the workers. A kernel called on the pool afterwards panics.
 func (p *Pool) Close() {
+	p.delay.close()
 	p.closed.Store(true)
-	p.gen.Add(1)
+	p.gen++
+	p.state.Store(p.gen << genShift)
 	for i := range p.parked {
 		if p.parked[i].CompareAndSwap(true, false) {
 			p.wake[i] <- struct{}{}
@@ -129,55 +238,80 @@ func (p *Pool) Close() {
 	}
 }
 
-// run splits [0, n) into one range per worker and runs j on each. It
-// returns the number of ranges: range i ran with p.scratch[i]. It panics on a
-// closed pool, whose workers would never answer.
+// split returns the chunk size and the number of chunks for a job of n units
+// on this pool.
+func (p *Pool) split(j *job, n int) (chunk, total int) {
+	parts := min(p.workers*chunksPerWorker, (n+minChunk-1)/minChunk, maxChunks)
+	if parts <= 1 || p.workers == 1 {
+		return n, 1
+	}
+	chunk = (n + parts - 1) / parts
+	if a := j.colAlign(); chunk > a || j.alignRequired() {
+		chunk = (chunk + a - 1) / a * a
+	}
+	return chunk, (n + chunk - 1) / chunk
+}
+
+// run cuts [0, n) into chunks and runs j on each. It returns the number of
+// chunks: chunk i ran with j.parts[i] (opAddRowsPart). It panics on a closed
+// pool, whose workers would never answer.
 func (p *Pool) run(j job, n int) (parts int) {
 	if p.closed.Load() {
 		panic("kernels: Pool used after Close")
 	}
-	parts = min(p.workers, (n+minChunk-1)/minChunk)
-	if parts <= 1 {
-		j.do(0, n, p.scratch[0])
+	chunk, total := p.split(&j, n)
+	if j.op == opAddRowsPart {
+		p.partialSums(total, j.w.Cols)
+		j.parts = p.parts
+	}
+	if total <= 1 {
+		j.do(0, n, p.scratch[0], 0)
 		return 1
 	}
-	p.cur = j
-	chunk := (n + parts - 1) / parts
-	if a := j.colAlign(); chunk > a || j.alignRequired() {
-		chunk = (chunk + a - 1) / a * a
-	}
-	used := 1
-	for i := range p.spans {
-		lo := (i + 1) * chunk
-		p.spans[i] = span{min(lo, n), min(lo+chunk, n)}
-		if lo < n {
-			used++
-		}
-	}
-	p.pending.Store(int32(len(p.spans)))
-	p.gen.Add(1) // publishes cur and spans to the workers
-	for i := range p.parked {
+	p.adapt()
+	p.cur, p.chunk, p.units = j, chunk, n
+	p.done.Store(0)
+	p.gen++
+	p.state.Store(p.gen<<genShift | uint64(total)) // publishes the call
+	for i := range p.parked[:p.active-1] {
 		if p.parked[i].CompareAndSwap(true, false) {
 			p.wake[i] <- struct{}{}
 		}
 	}
-	p.cur.do(0, min(chunk, n), p.scratch[0])
-	for spins := 0; p.pending.Load() != 0; spins++ {
-		if spins < spinChecks {
-			cpuPause()
-			continue
-		}
-		// Sleep: announce it, look once more, then wait for the last worker
-		// (which wakes a caller it finds waiting). Spinning on instead would
-		// keep a CPU from a worker when the CPUs are oversubscribed. A
-		// wake-up may be a late one from the previous call's last worker
-		// (counted down, then delayed before it looked at waiting), so the
-		// loop checks pending again.
+	p.stats.Calls++
+	p.stats.Chunks += uint64(total)
+	p.stats.ThreadCalls += uint64(p.active)
+	p.stats.CallerChunks += uint64(p.work(p.gen, p.scratch[0], true))
+	finished := func() bool { return int(p.done.Load()) == total }
+	if !spin(finished, callerSpin) {
+		p.stats.CallerParks++
+	}
+	for !finished() {
+		// Sleep: announce it, look once more, then wait for the worker that
+		// finishes the last chunk (it wakes a caller it finds waiting).
+		// Spinning on would keep a CPU from that worker when the CPUs are
+		// oversubscribed. A wake-up may be a late one from an earlier call's
+		// last worker (counted down, then delayed before it looked at
+		// waiting), so the loop looks again.
 		p.waiting.Store(true)
-		if p.pending.Load() == 0 && p.waiting.CompareAndSwap(true, false) {
+		if finished() && p.waiting.CompareAndSwap(true, false) {
 			break
 		}
-		<-p.done
+		<-p.finished
 	}
-	return used
+	return total
+}
+
+// partialSums makes p.parts hold n buffers of c floats (each chunk clears
+// its own).
+func (p *Pool) partialSums(n, c int) {
+	for len(p.parts) < n {
+		p.parts = append(p.parts, nil)
+	}
+	for i := range n {
+		if cap(p.parts[i]) < c {
+			p.parts[i] = make([]float32, c)
+		}
+		p.parts[i] = p.parts[i][:c]
+	}
 }

@@ -58,7 +58,7 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "sample from the k most likely tokens (0: all)"},
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling probability mass (1: off)"},
 		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
-		&cli.IntFlag{Name: "threads", Usage: "kernel threads (0: all CPUs)"},
+		&cli.IntFlag{Name: "threads", Usage: ThreadsUsage},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
@@ -105,7 +105,7 @@ type DeviceInfo struct {
 
 // DeviceOptions configure a backend.
 type DeviceOptions struct {
-	Threads int  // CPU kernel threads (0: all CPUs)
+	Threads int  // CPU kernel threads (0: kernels.DefaultThreads)
 	Context int  // KV cache positions (0: max_position_embeddings)
 	Mapped  bool // cuda: use the registered mapped file on a discrete GPU too
 }
@@ -321,11 +321,23 @@ func sourceBytes(m *format.Metadata) (int64, error) {
 	return 0, errors.New("unknown")
 }
 
-// CheckThreads rejects a negative --threads (0 means all CPUs), for every
-// command with that flag.
+// CheckThreads checks --threads for every command with that flag: negative
+// or above kernels.MaxThreads is an error; above the physical cores this
+// process may use (kernels.DefaultThreads, the default) it warns on the
+// command's error stream, since threads beyond the cores share them: they
+// add no memory bandwidth, and a call waits for each.
 func CheckThreads(c *cli.Context) error {
-	if n := c.Int("threads"); n < 0 {
-		return fmt.Errorf("--threads %d: want ≥ 0 (0: all CPUs)", n)
+	n, def, most := c.Int("threads"), kernels.DefaultThreads(), kernels.MaxThreads()
+	switch {
+	case n < 0:
+		return fmt.Errorf("--threads %d: want ≥ 0 (0: the %d physical cores this process may use)", n, def)
+	case n > most:
+		return fmt.Errorf("--threads %d: at most %d (4 per CPU this process may use; it has %d physical cores, the default)", n, most, def)
+	case n > def:
+		fmt.Fprintf(c.App.ErrWriter, "warning: --threads %d is more than the %d physical cores this process may use: the extra threads share cores and will not run faster\n", n, def)
 	}
 	return nil
 }
+
+// ThreadsUsage is the --threads flag's usage text: what 0 means.
+const ThreadsUsage = "kernel threads (0: the physical cores this process may use, within its CPU affinity and cgroup quota)"
