@@ -7,17 +7,31 @@ import (
 
 // delayReader sums the run delay of this process's threads: the second field
 // of /proc/self/task/TID/schedstat, nanoseconds spent runnable but waiting for
-// a CPU (Documentation/scheduler/sched-stats.rst). It reads with raw system
+// a CPU (Documentation/scheduler/sched-stats.rst). Threads come and go, so it
+// adds up each thread's growth since the last read (a new thread's whole
+// delay; an exited one's last part is lost) rather than the current threads'
+// totals, which would fall when a thread exits. It reads with raw system
 // calls into its own buffers, so a read does not allocate.
 type delayReader struct {
 	dir    int // /proc/self/task, opened on first use; -1: unavailable
 	opened bool
+	sum    int64 // the growth added up over reads
+	n      int   // threads seen at the last read (at most maxTracked)
+	tids   [maxTracked]int64
+	delays [maxTracked]int64
+	ntids  [maxTracked]int64 // this read's, swapped in when it ends
+	ndel   [maxTracked]int64
 	dents  [8192]byte
 	path   [64]byte
 	stat   [128]byte
 }
 
-// read returns the total run delay in ns, or false where it is unavailable.
+// maxTracked bounds the threads a reader follows; a Go process runs a few
+// more than GOMAXPROCS.
+const maxTracked = 256
+
+// read returns the run delay added up over reads, in ns, or false where it is
+// unavailable.
 func (r *delayReader) read() (int64, bool) {
 	if !r.opened {
 		r.opened = true
@@ -33,7 +47,6 @@ func (r *delayReader) read() (int64, bool) {
 	if _, err := syscall.Seek(r.dir, 0, 0); err != nil {
 		return 0, false
 	}
-	var total int64
 	threads := 0
 	for {
 		n, err := syscall.ReadDirent(r.dir, r.dents[:])
@@ -54,13 +67,24 @@ func (r *delayReader) read() (int64, bool) {
 			if name[0] < '0' || name[0] > '9' {
 				continue
 			}
-			if d, ok := r.threadDelay(name); ok {
-				total += d
-				threads++
+			tid, d, ok := r.threadDelay(name)
+			if !ok || threads == maxTracked {
+				continue
 			}
+			grew := d
+			for k := range r.n {
+				if r.tids[k] == tid {
+					grew = d - r.delays[k]
+					break
+				}
+			}
+			r.sum += max(grew, 0)
+			r.ntids[threads], r.ndel[threads] = tid, d
+			threads++
 		}
 	}
-	return total, threads > 0
+	r.tids, r.delays, r.n = r.ntids, r.ndel, threads
+	return r.sum, threads > 0
 }
 
 // close releases the directory's descriptor.
@@ -71,26 +95,28 @@ func (r *delayReader) close() {
 	r.opened, r.dir = true, -1
 }
 
-// threadDelay reads the run delay of thread name (its id, NUL-terminated).
-func (r *delayReader) threadDelay(name []byte) (int64, bool) {
+// threadDelay reads the run delay of thread name (its id, NUL-terminated),
+// and returns the id too.
+func (r *delayReader) threadDelay(name []byte) (tid, delay int64, ok bool) {
 	const suffix = "/schedstat\x00"
 	k := 0
-	for ; k < len(name) && name[k] != 0; k++ {
+	for ; k < len(name) && name[k] >= '0' && name[k] <= '9'; k++ {
+		tid = tid*10 + int64(name[k]-'0')
 	}
-	if k+len(suffix) > len(r.path) {
-		return 0, false
+	if k == 0 || k < len(name) && name[k] != 0 || k+len(suffix) > len(r.path) {
+		return 0, 0, false
 	}
 	copy(r.path[:], name[:k])
 	copy(r.path[k:], suffix)
 	fd, _, e := syscall.Syscall6(syscall.SYS_OPENAT, uintptr(r.dir), uintptr(unsafe.Pointer(&r.path[0])),
 		syscall.O_RDONLY|syscall.O_CLOEXEC, 0, 0, 0)
 	if e != 0 {
-		return 0, false // the thread has exited
+		return 0, 0, false // the thread has exited
 	}
 	n, err := syscall.Read(int(fd), r.stat[:])
 	syscall.Close(int(fd))
 	if err != nil || n <= 0 {
-		return 0, false
+		return 0, 0, false
 	}
 	// "run_ns wait_ns slices\n": the second field.
 	s := r.stat[:n]
@@ -104,5 +130,5 @@ func (r *delayReader) threadDelay(name []byte) (int64, bool) {
 		v = v*10 + int64(s[i]-'0')
 		got = true
 	}
-	return v, got
+	return tid, v, got
 }

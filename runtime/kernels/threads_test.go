@@ -93,18 +93,21 @@ func TestRunDelay(t *testing.T) {
 	}
 	n := 3 * runtime.NumCPU()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n + 1))
-	var wg sync.WaitGroup
+	var spun sync.WaitGroup
+	release := make(chan struct{})
 	for range n {
-		wg.Add(1)
+		spun.Add(1)
 		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
+			runtime.LockOSThread() // a thread of its own, kept until released
 			for start := time.Now(); time.Since(start) < 200*time.Millisecond; {
 			}
+			spun.Done()
+			<-release
 		}()
 	}
-	wg.Wait()
+	spun.Wait()
 	d1, ok := r.read()
+	close(release)
 	require.True(t, ok)
 	// n threads on NumCPU CPUs for 200 ms wait about (n-NumCPU)·200 ms in all.
 	require.Greater(t, d1-d0, int64(100*time.Millisecond), "run delay %v", time.Duration(d1-d0))
