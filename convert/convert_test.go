@@ -95,9 +95,12 @@ func TestGammaOneDenseEqualsHF(t *testing.T) {
 }
 
 // TestSparseEqualsMaskedReference: for selectinfer and coreinfer on a
-// γ=0.7 file, every decode step's logits equal (1e-5) those of the masked
-// dense reference: all loaded neurons computed, those outside the active set
-// zeroed.
+// γ=0.7 file, every decode step's logits equal those of the masked dense
+// reference (all loaded neurons computed, those outside the active set
+// zeroed) within 1e-5 of the step's largest logit magnitude: the two sum
+// different lists of float32 terms in different orders, so a logit near zero
+// carries rounding of the order of the vector's scale, not its own (1.1e-5
+// at logit -0.296 of stories260k with AVX2).
 func TestSparseEqualsMaskedReference(t *testing.T) {
 	for _, name := range sharedModels {
 		t.Run(name, func(t *testing.T) { sparseEqualsMasked(t, name) })
@@ -140,8 +143,12 @@ func sparseEqualsMasked(t *testing.T, name string) {
 				require.NoError(t, err)
 				lr, err := ref.Forward([]int{next}, false)
 				require.NoError(t, err)
+				scale := float32(1)
+				for _, v := range lr {
+					scale = max(scale, v, -v)
+				}
 				for j := range lr {
-					requireClose(t, lr[j], ls[j], "step %d logit %d", step, j)
+					requireWithin(t, lr[j], ls[j], 1e-5*float64(scale), "step %d logit %d", step, j)
 				}
 				next = runtime.Argmax(lr)
 			}
@@ -385,7 +392,12 @@ func TestChooseGamma(t *testing.T) {
 // summation order differs between the compared paths).
 func requireClose(t *testing.T, want, got float32, msg string, args ...any) {
 	t.Helper()
-	tol := 1e-5 * math.Max(1, math.Abs(float64(want)))
+	requireWithin(t, want, got, 1e-5*math.Max(1, math.Abs(float64(want))), msg, args...)
+}
+
+// requireWithin fails unless |got - want| ≤ tol.
+func requireWithin(t *testing.T, want, got float32, tol float64, msg string, args ...any) {
+	t.Helper()
 	if d := math.Abs(float64(got) - float64(want)); d > tol {
 		t.Fatalf("%s: got %v, want %v (difference %.3g > %.3g)", fmt.Sprintf(msg, args...), got, want, d, tol)
 	}
