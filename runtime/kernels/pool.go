@@ -24,6 +24,8 @@ import (
 // and the caller spins for the last chunks (callerSpin); either parks at once
 // when its spin was interrupted by the operating system (the CPUs are
 // oversubscribed, and a spinning thread would take a CPU from one with work).
+// While the process's threads wait for CPUs, the caller wakes fewer workers
+// (adapt.go).
 type Pool struct {
 	workers int
 	cur     job
@@ -65,7 +67,7 @@ type PoolStats struct {
 	Chunks       uint64 // their chunks
 	CallerChunks uint64 // chunks the calling goroutine ran
 	CallerParks  uint64 // calls whose caller slept waiting for a worker's chunk
-	ThreadCalls  uint64 // Σ over calls of the threads woken for it (Active)
+	ThreadCalls  uint64 // Σ over calls of the threads woken for it, the caller included
 }
 
 // Stats returns the pool's counts so far. Call it between kernel calls.
@@ -85,11 +87,16 @@ const minChunk = 8
 
 // chunksPerWorker is how many chunks a call is cut into per thread (fewer
 // when it is small). More chunks let the others absorb a descheduled worker's
-// share; each costs one atomic claim and, for AddRows, one more partial sum to add.
+// share; each costs one atomic claim and, for AddRows, one more partial sum
+// to add. SmolLM2-135M shape, F16 dense, 2 threads on an idle 2-core VM,
+// alternated, median decode: 1 → 63.5, 4 → 68.0, 8 → 63.2 tok/s; one chunk
+// per thread for the prefill products only made prefill no faster.
 const chunksPerWorker = 4
 
-// The state word: the generation above genShift, then the next chunk to take
-// and the number of chunks, chunkBits each.
+// The state word: the generation above genShift (40 bits: it wraps after 10^12
+// calls, and a worker would have to sleep through all of them between two
+// loads to mistake one call for another), then the next chunk to take and the
+// number of chunks, chunkBits each.
 const (
 	chunkBits = 12
 	maxChunks = 1<<chunkBits - 1
@@ -102,7 +109,10 @@ const (
 // the end of a token (sampling) and in prefill (the activation counter);
 // waking a parked worker costs tens of µs on a VM, but the caller does not
 // wait for it (it takes the chunks itself meanwhile). A caller waits for a
-// chunk in flight, at most a chunk's time while that worker runs.
+// chunk in flight, at most a chunk's time while that worker runs. Measured
+// as chunksPerWorker: a 20 µs worker spin decoded and prefilled no faster idle
+// than 200 µs (Llama-3.2-1B shape: prefill 80.6 against 81.0 tok/s median,
+// with the caller sleeping on 20% of the calls against 10%).
 const (
 	workerSpin = 200 * time.Microsecond
 	callerSpin = 50 * time.Microsecond
