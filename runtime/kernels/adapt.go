@@ -19,11 +19,14 @@ import "time"
 //
 // Measured on a 2-core VM: idle, the threads of a 2-thread decode wait about
 // 0.03 of a window in all; with a busy loop on one core, 0.7 with both
-// threads and 0.15 with one.
+// threads and 0.15 with one. Windows of 10 ms rather than 50 ms let short runs
+// adapt too (the embedded model's 64-token decode beside a busy loop: 2
+// threads at 0.85× of one, against 0.5–0.9×) and cost one read of
+// /proc/self/task (about 30 µs) per window.
 const (
-	adaptWindow = 50 * time.Millisecond
+	adaptWindow = 10 * time.Millisecond
 	adaptWait   = 0.3
-	adaptProbe  = 20 // quiet windows before trying one more worker (1 s)
+	adaptProbe  = 100 // quiet windows before trying one more worker (1 s)
 )
 
 // adapt updates p.active at the end of each adaptWindow; run calls it before
