@@ -144,3 +144,15 @@ func TestPoolStalledWorker(t *testing.T) {
 	require.Equal(t, math.Float32bits(wantA[0]), math.Float32bits(gotA[0]))
 	require.Equal(t, wantA, gotA)
 }
+
+// BenchmarkRunDelayRead: the cost of one adapt window's reading.
+func BenchmarkRunDelayRead(b *testing.B) {
+	var r delayReader
+	defer r.close()
+	if _, ok := r.read(); !ok {
+		b.Skip("no schedstat run delay here")
+	}
+	for b.Loop() {
+		r.read()
+	}
+}
