@@ -59,8 +59,8 @@ func (r *delayReader) read() (int64, bool) {
 		// linux_dirent64: ino u64, off i64, reclen u16, type u8, name NUL-terminated.
 		for off := 0; off+19 < n; {
 			reclen := int(r.dents[off+16]) | int(r.dents[off+17])<<8
-			if reclen == 0 {
-				break
+			if reclen < 20 || off+reclen > n {
+				break // not a record the kernel writes: stop, do not read past it
 			}
 			name := r.dents[off+19 : off+reclen]
 			off += reclen
