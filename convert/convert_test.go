@@ -94,8 +94,9 @@ func TestGammaOneDenseEqualsHF(t *testing.T) {
 	}
 }
 
-// TestSparseEqualsMaskedReference: for selectinfer and coreinfer on a
-// γ=0.7 file, every decode step's logits equal those of the masked dense
+// TestSparseEqualsMaskedReference: for selectinfer, coreinfer and gatefirst
+// (φ=0.25) on a γ=0.7 file, every decode step's logits equal those of the
+// masked dense
 // reference (all loaded neurons computed, those outside the active set
 // zeroed) within 1e-5 of the step's largest logit magnitude: the two sum
 // different lists of float32 terms in different orders, so a logit near zero
@@ -117,10 +118,22 @@ func sparseEqualsMasked(t *testing.T, name string) {
 	require.NoError(t, err)
 	opt := allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, TaskScores: task, ModelScores: model})
 	_, m, _ := convertFile(t, ck, opt)
-	for _, mode := range []runtime.Mode{runtime.SelectInfer, runtime.CoreInfer} {
+	// GateFirst's row weights: the sliced layer's ‖up row‖·‖downT row‖ equal
+	// the whole layer's ‖up row‖·‖down_proj column‖ of the same neuron.
+	for i := range m.Layers {
+		whole, sliced := hm.RowNorms(i), m.RowNorms(i)
+		require.Len(t, sliced, m.Layers[i].MLP.Kept())
+		for j, n := range m.Layers[i].MLP.Index {
+			requireWithin(t, whole[n], sliced[j], 1e-6*float64(whole[n]), "layer %d row %d (neuron %d)", i, j, n)
+		}
+	}
+	for _, mode := range []runtime.Mode{runtime.SelectInfer, runtime.CoreInfer, runtime.GateFirst} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := pool(t)
 			sp := runtime.Sparsity{Mode: mode, Phi: 0.4, Alpha: 0.2}
+			if mode == runtime.GateFirst {
+				sp.Phi = 0.25
+			}
 			prompt := []int{1, 21, 22, 23, 24, 25, 26, 27}
 			for i := range prompt {
 				prompt[i] %= m.Config.Vocab
@@ -134,8 +147,13 @@ func sparseEqualsMasked(t *testing.T, name string) {
 			N := m.Config.Intermediate
 			for i := range m.Layers {
 				require.Equal(t, sparse.Active(i), ref.Active(i))
-				require.Len(t, sparse.Active(i), runtime.RoundCount(0.4, N))
-				require.Equal(t, runtime.RoundCount(0.4, N), rs.ComputedNeurons[i])
+				require.Equal(t, runtime.RoundCount(sp.Phi, N), rs.ComputedNeurons[i])
+				if mode.PerToken() {
+					require.Nil(t, sparse.Active(i))
+					require.Equal(t, runtime.RoundCount(sp.Phi, N), sparse.PerToken(i))
+				} else {
+					require.Len(t, sparse.Active(i), runtime.RoundCount(sp.Phi, N))
+				}
 			}
 			next := rs.IDs[0]
 			for step := 0; step < 12; step++ {

@@ -577,6 +577,9 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 	if err := sp.Validate(s.m); err != nil {
 		return res, err
 	}
+	if sp.Mode.PerToken() {
+		return res, fmt.Errorf("cuda: mode %v picks neurons per token, which the CUDA backend does not do yet: run it with --device cpu", sp.Mode)
+	}
 	count := sp.Mode != runtime.Dense
 	if count {
 		for i, d := range s.layers {

@@ -30,6 +30,9 @@ type Session struct {
 
 	// active[i] lists the rows of layer i's MLP to compute; nil = all rows.
 	active [][]int32
+	// perToken[i] > 0: decode picks layer i's rows per token, the perToken[i]
+	// loaded rows with the largest |silu(gate)| (GateFirst); 0: active[i].
+	perToken []int
 	// MaskedReference computes every loaded neuron and zeroes those outside
 	// the active set: the masked dense reference the sparse path must equal.
 	MaskedReference bool
@@ -43,6 +46,8 @@ type buffers struct {
 	q, attnOut       []float32 // [T, heads·hd]
 	k, v             []float32 // [T, kv·hd]
 	gate, up         []float32 // [T, N]
+	h, score, sel    []float32 // [N]: per-token selection scratch (GateFirst)
+	rows             []int32   // [N]: the rows picked for this token
 	logits           []float32 // [T or 1, vocab]
 	ropeCos, ropeSin []float32 // [ctx, hd/2]
 }
@@ -58,7 +63,7 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 	if ctx <= 0 || ctx > c.MaxPositions {
 		ctx = c.MaxPositions
 	}
-	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([][]float32, c.Layers), vcache: make([][]float32, c.Layers), active: make([][]int32, c.Layers)}
+	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([][]float32, c.Layers), vcache: make([][]float32, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers)}
 	kvd := c.KVHeads * c.HeadDim
 	for i := range s.kcache {
 		s.kcache[i] = make([]float32, ctx*kvd)
@@ -87,13 +92,30 @@ func (s *Session) Pos() int { return s.pos }
 func (s *Session) Reset() {
 	s.pos = 0
 	clear(s.active)
+	clear(s.perToken)
 }
 
 // SetActive sets the rows of layer i's MLP that Forward computes (nil: all).
 func (s *Session) SetActive(layer int, rows []int32) { s.active[layer] = rows }
 
-// Active returns the rows computed for layer i (nil: all loaded rows).
+// Active returns the rows computed for layer i (nil: all loaded rows, or
+// rows picked per token: see PerToken).
 func (s *Session) Active(layer int) []int32 { return s.active[layer] }
+
+// SetPerToken makes decode pick, per token, the k loaded rows of layer i
+// with the largest |silu(gate)| (GateFirst); k = 0 turns it off. k is capped
+// at the rows stored.
+func (s *Session) SetPerToken(layer, k int) {
+	f := &s.m.Layers[layer].MLP
+	if k > 0 {
+		s.m.RowNorms(layer) // computed once per model, before decode's timing starts
+	}
+	s.perToken[layer] = min(k, f.Kept())
+}
+
+// PerToken returns the rows decode picks per token in layer i (0: none; the
+// layer uses Active).
+func (s *Session) PerToken(layer int) int { return s.perToken[layer] }
 
 func (s *Session) ensure(T int) {
 	b := &s.buf
@@ -111,6 +133,10 @@ func (s *Session) ensure(T int) {
 	b.v = make([]float32, T*c.KVHeads*c.HeadDim)
 	b.gate = make([]float32, T*c.Intermediate)
 	b.up = make([]float32, T*c.Intermediate)
+	if b.h == nil {
+		N := c.Intermediate
+		b.h, b.score, b.sel, b.rows = make([]float32, N), make([]float32, N), make([]float32, N), make([]int32, N)
+	}
 }
 
 // Forward runs tokens at positions Pos()…Pos()+len(tokens)-1 through the
@@ -240,7 +266,9 @@ func (s *Session) ffn(i, T int) {
 		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], s.m.Layers[i].MLPNorm, c.RMSNormEps)
 	}
 	active := s.active[i]
-	if active != nil && T == 1 && !s.MaskedReference {
+	if k := s.perToken[i]; k > 0 && T == 1 {
+		s.ffnPerToken(i, k, xb, y)
+	} else if active != nil && T == 1 && !s.MaskedReference {
 		n := len(active)
 		g, u := b.gate[:n], b.up[:n]
 		kernels.MatVecRows(s.pool, g, f.Gate, active, xb)
@@ -284,6 +312,82 @@ func (s *Session) ffn(i, T int) {
 	for j := range x {
 		x[j] += y[j]
 	}
+}
+
+// ffnPerToken computes layer i's MLP for one decoded token over the k rows
+// picked from its gate (GateFirst): y = Σ_{r ∈ top k} silu(g_r)·u_r · downT_r
+// with g = gate_proj·x over every loaded row, the top k by
+// |silu(g_r)|·‖up_r‖·‖down_r‖ (Model.RowNorms; ties: lower row) and u_r read
+// for those rows only. MaskedReference computes up for every row and zeroes
+// the rest instead.
+func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
+	f := &s.m.Layers[i].MLP
+	b := &s.buf
+	kept := f.Kept()
+	g := b.gate[:kept]
+	kernels.MatVec(s.pool, g, f.Gate, xb)
+	rows := topSiLU(b.rows[:0], b.score[:kept], b.sel[:kept], g, s.m.RowNorms(i), k)
+	clear(y)
+	if s.MaskedReference {
+		u := b.up[:kept]
+		kernels.MatVec(s.pool, u, f.Up, xb)
+		kernels.SwiGLU(s.pool, g, u)
+		mask := s.maskFor(f, rows)
+		for j, keep := range mask {
+			if !keep {
+				g[j] = 0
+			}
+		}
+		if s.Observe != nil {
+			s.Observe.ObserveFFN(i, g, 1, f.Index)
+		}
+		kernels.AddRows(s.pool, y, f.DownT, nil, g)
+		return
+	}
+	h, u := b.h[:k], b.up[:k]
+	kernels.MatVecRows(s.pool, u, f.Up, rows, xb)
+	for j, r := range rows {
+		h[j] = g[r]
+	}
+	kernels.SwiGLU(s.pool, h, u)
+	if s.Observe != nil {
+		s.Observe.ObserveFFN(i, h, 1, s.originalRows(f, rows))
+	}
+	kernels.AddRows(s.pool, y, f.DownT, rows, h)
+}
+
+// topSiLU appends to rows, in ascending order, the k indices j of g with
+// the largest |silu(g_j)|·w_j (w nil: 1; ties: lower index), using score and
+// sel ([len(g)] scratch). 1 ≤ k ≤ len(g). Weighting by w = ‖up_j‖·‖down_j‖
+// bounds what row j can add to the output for a given gate; on stories260k
+// (φ=0.25, γ=0.7) it lowered perplexity from 52.6 to 32.6 against the gate
+// alone (tinystories-656k 67.5 → 67.0, babyllama-936k 7.58 → 7.76).
+func topSiLU(rows []int32, score, sel, g, w []float32, k int) []int32 {
+	for j, v := range g {
+		score[j] = float32(math.Abs(float64(v) / (1 + math.Exp(-float64(v)))))
+	}
+	if w != nil {
+		for j := range score {
+			score[j] *= w[j]
+		}
+	}
+	copy(sel, score)
+	th := kthLargest(sel, k)
+	ties := k
+	for _, v := range score {
+		if v > th {
+			ties--
+		}
+	}
+	for j, v := range score {
+		if v > th || (v == th && ties > 0) {
+			if v == th {
+				ties--
+			}
+			rows = append(rows, int32(j))
+		}
+	}
+	return rows
 }
 
 // originalRows maps row indices of a sliced layer to original neuron ids

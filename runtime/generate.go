@@ -60,7 +60,7 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	}
 	var counter *Counter
 	saved := s.Observe
-	if sp.Mode != Dense {
+	if sp.Mode != Dense && !sp.Mode.PerToken() {
 		counter = NewCounter(s.m, sp.Alpha)
 		if saved != nil {
 			s.Observe = multiObserver{saved, counter}
@@ -83,7 +83,12 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 		if counter != nil && f.Sliced {
 			s.SetActive(i, ActiveSet(f, counter.Counts[i], sp, N))
 		}
-		if a := s.active[i]; a != nil {
+		if sp.Mode.PerToken() && f.Sliced {
+			s.SetPerToken(i, RoundCount(sp.Phi, N))
+		}
+		if k := s.perToken[i]; k > 0 {
+			res.ComputedNeurons = append(res.ComputedNeurons, k)
+		} else if a := s.active[i]; a != nil {
 			res.ComputedNeurons = append(res.ComputedNeurons, len(a))
 		} else {
 			res.ComputedNeurons = append(res.ComputedNeurons, f.Kept())

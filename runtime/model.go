@@ -6,6 +6,8 @@ package runtime
 
 import (
 	"fmt"
+	"math"
+	"sync"
 
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime/kernels"
@@ -45,6 +47,64 @@ type MLP struct {
 	Sliced   bool
 }
 
+// RowNorms returns, for layer i, per stored row j ‖W_up[j,:]‖₂·‖W_down[:,j]‖₂
+// (float32, [kept]): how strongly an activation silu(g_j) can move the
+// output, the weight of GateFirst's per-token ranking. Computed for every
+// layer once, on first use (one pass over the up_proj and down_proj
+// weights; a Model not made by Load computes them on every call); safe for
+// concurrent use.
+func (mod *Model) RowNorms(i int) []float32 {
+	c := mod.norms
+	if c == nil {
+		return mod.Layers[i].MLP.rowNorms()
+	}
+	c.once.Do(func() {
+		c.v = make([][]float32, len(mod.Layers))
+		for i := range mod.Layers {
+			c.v[i] = mod.Layers[i].MLP.rowNorms()
+		}
+	})
+	return c.v[i]
+}
+
+func (m *MLP) rowNorms() []float32 {
+	n := m.Kept()
+	out := make([]float32, n)
+	up := make([]float32, m.Up.Cols)
+	var down []float32
+	if m.Sliced {
+		down = make([]float32, m.DownT.Cols)
+	} else {
+		down = make([]float32, m.Down.Cols)
+	}
+	col := make([]float64, n)
+	if !m.Sliced { // whole layer: down_proj is [hidden, N], its columns are the neurons
+		for r := 0; r < m.Down.Rows; r++ {
+			m.Down.RowF32(down, r)
+			for j, v := range down {
+				col[j] += float64(v) * float64(v)
+			}
+		}
+	}
+	for j := 0; j < n; j++ {
+		m.Up.RowF32(up, j)
+		var su, sd float64
+		for _, v := range up {
+			su += float64(v) * float64(v)
+		}
+		if m.Sliced {
+			m.DownT.RowF32(down, j)
+			for _, v := range down {
+				sd += float64(v) * float64(v)
+			}
+		} else {
+			sd = col[j]
+		}
+		out[j] = float32(math.Sqrt(su * sd))
+	}
+	return out
+}
+
 // Kept returns the number of neurons stored for the layer.
 func (m *MLP) Kept() int { return m.Gate.Rows }
 
@@ -57,6 +117,13 @@ type Model struct {
 	LMHead kernels.Mat // lm_head.weight [vocab, hidden] (the embedding when tied)
 
 	invFreq []float64 // RoPE inverse frequencies [head_dim/2]
+
+	norms *rowNorms // RowNorms' cache; nil in a Model not made by Load
+}
+
+type rowNorms struct {
+	once sync.Once
+	v    [][]float32
 }
 
 // LoadOptions says which layers are sliced and how many base neurons each has.
@@ -70,7 +137,7 @@ type LoadOptions struct {
 // every tensor's presence and shape and returns an error naming the tensor,
 // the expected and the found shape.
 func Load(cfg Config, src Source, opt LoadOptions) (*Model, error) {
-	m := &Model{Config: cfg, Layers: make([]Layer, cfg.Layers), invFreq: cfg.RopeInvFreq()}
+	m := &Model{Config: cfg, Layers: make([]Layer, cfg.Layers), invFreq: cfg.RopeInvFreq(), norms: &rowNorms{}}
 	H, hd := cfg.Hidden, cfg.HeadDim
 	qd, kvd := cfg.Heads*hd, cfg.KVHeads*hd
 	var err error

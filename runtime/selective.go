@@ -20,24 +20,35 @@ const (
 	// set): CoreInfer on a full file, CoreInfer + selective loading on a slim
 	// one, CoreInfer + random loading on a random one.
 	CoreInfer
+	// GateFirst picks the neurons per decoded token rather than once per
+	// prompt (the CATS / Deja Vu family, beyond the paper): it computes the
+	// gate_proj row of every loaded neuron, keeps the round(φ·N) rows whose
+	// |silu(gate)| is largest for this token, and reads up_proj and down_proj
+	// for those rows only. Per decoded token a sliced layer reads γ·N gate
+	// rows and φ·N up and down rows: γ/3 + 2φ/3 of the whole FFN (at γ = 0.7,
+	// φ = 0.25 reads what SelectInfer's φ = 0.4 reads). Prefill computes every
+	// loaded neuron, as in the other modes; α plays no role.
+	GateFirst
 )
 
-// ParseMode parses "dense", "selectinfer" or "coreinfer".
+// modeNames are the flag spellings of the modes, in Mode order.
+var modeNames = [...]string{"dense", "selectinfer", "coreinfer", "gatefirst"}
+
+// ParseMode parses "dense", "selectinfer", "coreinfer" or "gatefirst".
 func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "dense":
-		return Dense, nil
-	case "selectinfer":
-		return SelectInfer, nil
-	case "coreinfer":
-		return CoreInfer, nil
+	for i, n := range modeNames {
+		if s == n {
+			return Mode(i), nil
+		}
 	}
-	return 0, fmt.Errorf("unknown mode %q (want selectinfer, dense or coreinfer)", s)
+	return 0, fmt.Errorf("unknown mode %q (want selectinfer, dense, coreinfer or gatefirst)", s)
 }
 
-func (m Mode) String() string {
-	return [...]string{"dense", "selectinfer", "coreinfer"}[m]
-}
+func (m Mode) String() string { return modeNames[m] }
+
+// PerToken reports whether the mode picks decode's neurons per token
+// (GateFirst) rather than once at prefill.
+func (m Mode) PerToken() bool { return m == GateFirst }
 
 // Sparsity configures selective computation. Phi is φ, the fraction of the
 // original N computed in decode; Alpha is α, the fraction of a token's
@@ -51,13 +62,13 @@ type Sparsity struct {
 // DefaultSparsity is the paper's Table 1 setting.
 var DefaultSparsity = Sparsity{Mode: SelectInfer, Phi: 0.4, Alpha: 0.2}
 
-// Validate checks α ∈ (0,1], φ ∈ (0,1], and for each sliced layer φ·N ≤ kept
+// Validate checks α ∈ (0,1] (modes that count at prefill), φ ∈ (0,1], and for each sliced layer φ·N ≤ kept
 // (φ ≤ γ) and, in selectinfer mode, base ≤ φ·N (δ ≤ φ); errors say which.
 func (sp Sparsity) Validate(m *Model) error {
 	if sp.Mode == Dense {
 		return nil
 	}
-	if !(sp.Alpha > 0 && sp.Alpha <= 1) {
+	if !sp.Mode.PerToken() && !(sp.Alpha > 0 && sp.Alpha <= 1) {
 		return fmt.Errorf("alpha %g outside (0, 1]", sp.Alpha)
 	}
 	if !(sp.Phi > 0 && sp.Phi <= 1) {

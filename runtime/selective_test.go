@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"cmp"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -57,5 +58,43 @@ func TestCounterMatchesSort(t *testing.T) {
 			}
 		}
 		require.Equal(t, want, c.Counts[0], "alpha %v", alpha)
+	}
+}
+
+// TestTopSiLU checks GateFirst's per-token pick against a sort of
+// |g/(1+e^−g)|·w computed in float64, ties to the lower index, on vectors
+// with many ties, and one case by hand: g = (−3, 0.5, 2, −0.1, 2) with
+// w = (10, 1, 1, 1, 1) scores (1.42, 0.31, 1.76, 0.048, 1.76), so k = 2
+// keeps rows 2 and 4, k = 3 adds row 0.
+func TestTopSiLU(t *testing.T) {
+	g := []float32{-3, 0.5, 2, -0.1, 2}
+	w := []float32{10, 1, 1, 1, 1}
+	sc, sel := make([]float32, 5), make([]float32, 5)
+	require.Equal(t, []int32{2, 4}, topSiLU(nil, sc, sel, g, w, 2))
+	require.Equal(t, []int32{0, 2, 4}, topSiLU(nil, sc, sel, g, w, 3))
+	require.Equal(t, []int32{1, 2, 4}, topSiLU(nil, sc, sel, g, nil, 3)) // unweighted: row 0 scores 0.142
+
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 3, 64, 1000} {
+		g, w := make([]float32, n), make([]float32, n)
+		for i := range g {
+			g[i] = float32(rng.IntN(9)-4) / 2 // ties
+			w[i] = float32(1 + rng.IntN(3))
+		}
+		for _, k := range []int{1, (n + 1) / 2, n} {
+			idx := make([]int32, n)
+			for i := range idx {
+				idx[i] = int32(i)
+			}
+			score := func(i int32) float64 {
+				v := float64(g[i])
+				return math.Abs(float64(float32(math.Abs(v/(1+math.Exp(-v))))) * float64(w[i]))
+			}
+			slices.SortStableFunc(idx, func(a, b int32) int { return cmp.Compare(score(b), score(a)) })
+			want := slices.Clone(idx[:k])
+			slices.Sort(want)
+			got := topSiLU(nil, make([]float32, n), make([]float32, n), g, w, k)
+			require.Equal(t, want, got, "n=%d k=%d", n, k)
+		}
 	}
 }
