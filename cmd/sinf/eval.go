@@ -20,8 +20,8 @@ func evalCommand() *cli.Command {
 		Name:  "eval",
 		Usage: "score a .sinf file or an HF folder on a built-in task (EM/F1, accuracy, BLEU, ROUGE, perplexity)",
 		UsageText: "sinf eval --model FILE.sinf|DIR --task NAME [--mode selectinfer|dense|coreinfer] [--phi F] [--alpha A]\n" +
-			"   [--limit N] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
-		Flags: append(runcmd.SparsityFlags(), []cli.Flag{
+			"   [--limit N] [--split profile|eval|all] [--offset N] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
+		Flags: append(append(runcmd.SparsityFlags(), splitFlags(dataset.SplitEval)...), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
 			&cli.StringFlag{Name: "task", Required: true, Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate the first N examples (perplexity: N windows; 0: all)"},
@@ -57,7 +57,11 @@ func evalCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			opt := eval.Options{DataDir: c.String("data-dir"), Limit: c.Int("limit"), Sparsity: sp,
+			sel, err := selection(c, task, dataset.SplitEval)
+			if err != nil {
+				return err
+			}
+			opt := eval.Options{DataDir: c.String("data-dir"), Limit: c.Int("limit"), Split: sel.Split, Offset: sel.Offset, Sparsity: sp,
 				MaxNewTokens: c.Int("max-new-tokens"), Threads: c.Int("threads"), Context: c.Int("context"),
 				Window: c.Int("window"), Stride: c.Int("stride")}
 			var bar *progressbar.ProgressBar

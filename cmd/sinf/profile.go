@@ -40,8 +40,8 @@ func profileCommand() *cli.Command {
 		Name:  "profile",
 		Usage: "score every FFN neuron on a dataset's prompts: s_n = Σ_t |a_n(t)| over input and generated tokens",
 		UsageText: "sinf profile --model DIR --dataset NAME|FILE.jsonl [--task NAME] [--limit N] [--max-new-tokens N]\n" +
-			"   [--shard I/N] [--batch B] [--data-dir DIR] --out FILE",
-		Flags: []cli.Flag{
+			"   [--split profile|eval|all] [--offset N] [--shard I/N] [--batch B] [--data-dir DIR] --out FILE",
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
 			&cli.StringFlag{Name: "dataset", Required: true, Usage: "a built-in dataset (" + strings.Join(dataset.Names(), ", ") + ") or a JSONL file with a \"prompt\" field"},
 			&cli.StringFlag{Name: "task", Usage: "task label recorded in the score file (default: the dataset name)"},
@@ -54,7 +54,7 @@ func profileCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Required: true, Usage: "score file to write (safetensors)"},
 			&cli.IntFlag{Name: "chunk-size", Usage: "also write one score file per K consecutive prompts (OUT.chunkNNN) for the within-task analysis"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
-		},
+		}, splitFlags(dataset.SplitProfile)...),
 		Action: func(c *cli.Context) error {
 			switch {
 			case c.Int("limit") < 0:
@@ -96,7 +96,11 @@ func profileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			task, examples, err := dataset.Load(c.String("dataset"), c.String("data-dir"), c.Int("limit"))
+			sel, err := selection(c, c.String("dataset"), dataset.SplitProfile)
+			if err != nil {
+				return err
+			}
+			task, examples, err := dataset.LoadSelection(c.String("dataset"), c.String("data-dir"), sel)
 			if err != nil {
 				return dataHint(err)
 			}

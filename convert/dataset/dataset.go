@@ -113,8 +113,52 @@ func Files(name, dataDir string) ([]string, error) {
 	return paths, nil
 }
 
+// Split names a part of a dataset, so that a model is never evaluated on
+// the text it was profiled on: SplitProfile is the first half of the
+// examples in file order, [0, ⌊n/2⌋); SplitEval the second half, [⌊n/2⌋, n);
+// SplitAll every example. Halves rather than alternate items keep texts that
+// share a passage (SQuAD's questions on one article, consecutive WikiText
+// paragraphs) on one side.
+type Split string
+
+// The splits. The zero value is SplitAll.
+const (
+	SplitAll     Split = "all"
+	SplitProfile Split = "profile"
+	SplitEval    Split = "eval"
+)
+
+// ParseSplit parses "all", "profile" or "eval".
+func ParseSplit(s string) (Split, error) {
+	switch sp := Split(s); sp {
+	case SplitAll, SplitProfile, SplitEval:
+		return sp, nil
+	}
+	return "", fmt.Errorf("dataset: unknown split %q (want profile, eval or all)", s)
+}
+
+// Part returns the examples of ex in split sp (see Split); "" is SplitAll.
+func Part(ex []Example, sp Split) []Example {
+	switch sp {
+	case SplitProfile:
+		return ex[:len(ex)/2]
+	case SplitEval:
+		return ex[len(ex)/2:]
+	}
+	return ex
+}
+
+// Selection picks the examples a run reads: the split, then Offset examples
+// of it skipped, then at most Limit (≤ 0: all).
+type Selection struct {
+	Split  Split
+	Offset int
+	Limit  int
+}
+
 // Load reads the dataset name and returns its task and examples in file
-// order; limit ≤ 0 means all examples, else at most the first limit.
+// order; limit ≤ 0 means all examples, else at most the first limit. It is
+// LoadSelection with the whole dataset.
 //
 // name is either a built-in task name (see Names), whose files are read from
 // dataDir (the shared data folder, e.g. ../shared/data), or the path of a
@@ -127,6 +171,29 @@ func Files(name, dataDir string) ([]string, error) {
 // with no item is an error naming the file; a malformed line of a JSONL file
 // is an error naming the file and the line number.
 func Load(name, dataDir string, limit int) (Task, []Example, error) {
+	return LoadSelection(name, dataDir, Selection{Limit: limit})
+}
+
+// LoadSelection is Load for the examples sel picks (see Selection). An
+// offset that is negative or leaves no example of the split is an error
+// naming the split's size.
+func LoadSelection(name, dataDir string, sel Selection) (Task, []Example, error) {
+	t, ex, err := loadAll(name, dataDir)
+	if err != nil {
+		return t, nil, err
+	}
+	part := Part(ex, sel.Split)
+	if sel.Offset < 0 || sel.Offset >= len(part) {
+		sp := sel.Split
+		if sp == "" {
+			sp = SplitAll
+		}
+		return t, nil, fmt.Errorf("dataset %s: offset %d outside the %s split's %d examples (of %d)", name, sel.Offset, sp, len(part), len(ex))
+	}
+	return t, truncate(part[sel.Offset:], sel.Limit), nil
+}
+
+func loadAll(name, dataDir string) (Task, []Example, error) {
 	b, ok := builtins[name]
 	if !ok {
 		if looksLikePath(name) {
@@ -134,7 +201,7 @@ func Load(name, dataDir string, limit int) (Task, []Example, error) {
 			if err != nil {
 				return Task{}, nil, err
 			}
-			return PromptsTask(name), truncate(ex, limit), nil
+			return PromptsTask(name), ex, nil
 		}
 		_, err := Lookup(name)
 		return Task{}, nil, err
@@ -152,7 +219,7 @@ func Load(name, dataDir string, limit int) (Task, []Example, error) {
 	if len(ex) == 0 {
 		return b.task, nil, fmt.Errorf("dataset %s: %s: %w", name, strings.Join(paths, ", "), errEmpty)
 	}
-	return b.task, truncate(ex, limit), nil
+	return b.task, ex, nil
 }
 
 var errEmpty = errors.New("no examples in the data file")

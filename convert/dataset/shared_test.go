@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,5 +115,29 @@ func TestSharedFilesExist(t *testing.T) {
 			assert.FileExists(t, p)
 			assert.True(t, strings.HasPrefix(p, dataDir+string(filepath.Separator)))
 		}
+	}
+}
+
+// TestSplits: the profile and eval splits of every built-in dataset are the
+// two halves of its examples in file order, together the whole (the data
+// itself repeats a few texts across the halves: 20 short TinyStories
+// paragraphs, and 13 PIQA goals with other choices); Offset skips into a split, and an offset past its end
+// is an error giving the split's size.
+func TestSplits(t *testing.T) {
+	dataDir := sharedtest.Path(t, "data")
+	for _, name := range Names() {
+		_, all, err := Load(name, dataDir, 0)
+		require.NoError(t, err, name)
+		_, prof, err := LoadSelection(name, dataDir, Selection{Split: SplitProfile})
+		require.NoError(t, err, name)
+		_, ev, err := LoadSelection(name, dataDir, Selection{Split: SplitEval})
+		require.NoError(t, err, name)
+		require.Equal(t, len(all)/2, len(prof), name)
+		require.Equal(t, all, append(append([]Example(nil), prof...), ev...), name)
+		_, off, err := LoadSelection(name, dataDir, Selection{Split: SplitEval, Offset: 3, Limit: 2})
+		require.NoError(t, err, name)
+		require.Equal(t, ev[3:5], off, name)
+		_, _, err = LoadSelection(name, dataDir, Selection{Split: SplitEval, Offset: len(ev)})
+		require.EqualError(t, err, fmt.Sprintf("dataset %s: offset %d outside the eval split's %d examples (of %d)", name, len(ev), len(ev), len(all)))
 	}
 }

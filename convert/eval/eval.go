@@ -31,8 +31,14 @@ const (
 // Options configures Evaluate. The zero value evaluates densely on every
 // example with the task's defaults.
 type Options struct {
-	DataDir  string           // folder of the built-in datasets' files
-	Limit    int              // examples (perplexity: windows) at most; ≤ 0: all
+	DataDir string // folder of the built-in datasets' files
+	Limit   int    // examples (perplexity: windows) at most; ≤ 0: all
+	// Split is the part of a built-in dataset evaluated ("": SplitEval, the
+	// half that profiling's default split does not read; see
+	// dataset.Split); Offset examples of it are skipped first (perplexity:
+	// texts, before the windows are cut).
+	Split    dataset.Split
+	Offset   int
 	Sparsity runtime.Sparsity // mode, φ and α of every generation and scoring
 	// MaxNewTokens bounds generation (≤ 0: 32 for QA, 128 for translation
 	// and summarization). QA and translation also stop at a newline,
@@ -120,7 +126,11 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 	if t.Kind == dataset.KindPerplexity {
 		limit = 0 // Limit counts windows
 	}
-	_, examples, err := dataset.Load(task, opt.DataDir, limit)
+	split := opt.Split
+	if split == "" {
+		split = dataset.SplitEval
+	}
+	_, examples, err := dataset.LoadSelection(task, opt.DataDir, dataset.Selection{Split: split, Offset: opt.Offset, Limit: limit})
 	if err != nil {
 		return nil, err
 	}

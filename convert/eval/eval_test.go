@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/convert/eval"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/internal/sharedtest"
@@ -104,7 +105,7 @@ func TestPerplexityByHand(t *testing.T) {
 		}
 		require.Equal(t, c.windows, windows)
 		want := math.Exp(sum / float64(count))
-		res, err := eval.Evaluate(m, tok, "tinystories", eval.Options{DataDir: data, Window: c.W, Stride: c.S, Limit: c.limit, Threads: threads})
+		res, err := eval.Evaluate(m, tok, "tinystories", eval.Options{DataDir: data, Split: dataset.SplitAll, Window: c.W, Stride: c.S, Limit: c.limit, Threads: threads})
 		require.NoError(t, err)
 		assert.Equal(t, windows, res.N)
 		assert.Equal(t, count, res.Tokens)
@@ -119,7 +120,7 @@ func TestPerplexityByHand(t *testing.T) {
 func TestPerplexityDenseEqualsScore(t *testing.T) {
 	m, tok, _ := loadModel(t, "tinystories-656k")
 	data := storyDataDir(t)
-	res, err := eval.Evaluate(m, tok, "tinystories", eval.Options{DataDir: data, Window: 32, Threads: threads})
+	res, err := eval.Evaluate(m, tok, "tinystories", eval.Options{DataDir: data, Split: dataset.SplitAll, Window: 32, Threads: threads})
 	require.NoError(t, err)
 	var stream []int
 	for _, p := range shortStory {
@@ -178,7 +179,7 @@ func TestKinds(t *testing.T) {
 func TestSparseModes(t *testing.T) {
 	m, tok, dir := loadModel(t, "tinystories-656k")
 	data := storyDataDir(t)
-	opt := eval.Options{DataDir: data, Window: 32, Threads: threads}
+	opt := eval.Options{DataDir: data, Split: dataset.SplitAll, Window: 32, Threads: threads}
 	ref, err := eval.Evaluate(m, tok, "tinystories", opt)
 	require.NoError(t, err)
 
