@@ -649,11 +649,26 @@ func TestReport(t *testing.T) {
 	require.Equal(t, []float64{1, 1}, r.PerLayer[2][2])
 	require.Equal(t, 0.25, r.All)
 	require.Equal(t, []float64{0.5, 0}, r.AllPerLayer)
+	// IoU by hand: x, y share 1 of 3 neurons in layer 0 and 2 of 2 in layer 1.
+	iou := [][]float64{{1, 2.0 / 3, 1.0 / 6}, {2.0 / 3, 1, 1.0 / 6}, {1.0 / 6, 1.0 / 6, 1}}
+	for i := range iou {
+		for j := range iou {
+			require.InDelta(t, iou[i][j], r.PairwiseIoU[i][j], 1e-15, "%d %d", i, j)
+		}
+	}
+	require.InDelta(t, 0.125, r.AllIoU, 1e-15) // layer 0: {1} of {0,1,2,4}; layer 1: none
+	// Chance at p = 2/5: |A∩B|/|A| 0.4, IoU 0.16/0.64; three sets 0.16 and 0.064/0.784.
+	require.InDelta(t, 0.4, r.Chance, 1e-15)
+	require.InDelta(t, 0.25, r.ChanceIoU, 1e-15)
+	require.InDelta(t, 0.16, r.ChanceAll, 1e-15)
+	require.InDelta(t, 0.064/0.784, r.ChanceAllIoU, 1e-15)
 
 	var buf bytes.Buffer
 	require.NoError(t, r.WriteTable(&buf))
 	out := buf.String()
-	for _, s := range []string{"top 40%", "gsm8k", "squad", "xsum", "0.7500", "0.2500", "All 3 files", "gsm8k & squad", "layer"} {
+	for _, s := range []string{"top 40%", "gsm8k", "squad", "xsum", "0.7500", "0.2500", "All 3 files", "gsm8k & squad", "layer",
+		"Intersection over union", "0.6667", "(random sets of this size: 0.4000)", "(random sets of this size: 0.2500, ratio of expectations)",
+		"IoU 0.1250 (random 0.0816)"} {
 		require.Contains(t, out, s)
 	}
 	t.Log("\n" + out)
