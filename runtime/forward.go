@@ -36,6 +36,7 @@ type Session struct {
 	// MaskedReference computes every loaded neuron and zeroes those outside
 	// the active set: the masked dense reference the sparse path must equal.
 	MaskedReference bool
+	mass            *MassMeter // see Mass
 
 	buf buffers
 }
@@ -287,6 +288,9 @@ func (s *Session) ffn(i, T int) {
 		kernels.SwiGLU(s.pool, g, u)
 		if active != nil { // masked reference: zero what decode would skip
 			mask := s.maskFor(f, active)
+			if s.mass != nil && T == 1 {
+				s.mass.observe(i, g, mask)
+			}
 			for t := 0; t < T; t++ {
 				for j, keep := range mask {
 					if !keep {
@@ -333,6 +337,9 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 		kernels.MatVec(s.pool, u, f.Up, xb)
 		kernels.SwiGLU(s.pool, g, u)
 		mask := s.maskFor(f, rows)
+		if s.mass != nil {
+			s.mass.observe(i, g, mask)
+		}
 		for j, keep := range mask {
 			if !keep {
 				g[j] = 0

@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
@@ -20,7 +23,7 @@ func evalCommand() *cli.Command {
 		Name:  "eval",
 		Usage: "score a .sinf file or an HF folder on a built-in task (EM/F1, accuracy, BLEU, ROUGE, perplexity)",
 		UsageText: "sinf eval --model FILE.sinf|DIR --task NAME [--mode selectinfer|dense|coreinfer] [--phi F] [--alpha A]\n" +
-			"   [--limit N] [--split profile|eval|all] [--offset N] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
+			"   [--limit N] [--split profile|eval|all] [--offset N] [--mass] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
 		Flags: append(append(runcmd.SparsityFlags(), splitFlags(dataset.SplitEval)...), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
 			&cli.StringFlag{Name: "task", Required: true, Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
@@ -32,6 +35,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "window", Usage: "perplexity window in tokens, BOS included (0: min(context, 256))"},
 			&cli.IntFlag{Name: "stride", Usage: "perplexity stride in text tokens (0: the window less the BOS, no overlap)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: task, n, metrics, mode, seconds, peak_rss_bytes, ..."},
+			&cli.BoolFlag{Name: "mass", Usage: "report the share of the activation mass Σ|a| over decoded tokens that the computed neurons hold, per sliced layer, against the best and random neurons of the same count (computes every loaded neuron: slower)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		}...),
 		Action: func(c *cli.Context) error {
@@ -63,7 +67,7 @@ func evalCommand() *cli.Command {
 			}
 			opt := eval.Options{DataDir: c.String("data-dir"), Limit: c.Int("limit"), Split: sel.Split, Offset: sel.Offset, Sparsity: sp,
 				MaxNewTokens: c.Int("max-new-tokens"), Threads: c.Int("threads"), Context: c.Int("context"),
-				Window: c.Int("window"), Stride: c.Int("stride")}
+				Window: c.Int("window"), Stride: c.Int("stride"), Mass: c.Bool("mass")}
 			var bar *progressbar.ProgressBar
 			if showProgress(c) {
 				opt.Progress = func(done, total int) {
@@ -94,8 +98,28 @@ func evalCommand() *cli.Command {
 			for _, k := range keys {
 				fmt.Fprintf(c.App.Writer, "%s\t%.4f\n", k, res.Metrics[k])
 			}
+			if m := rep.Mass; m != nil {
+				writeMass(c.App.Writer, m)
+			}
 			fmt.Fprintf(c.App.ErrWriter, "[%s] %s: %d examples, %.1f s, peak RSS %s\n", sp.Mode, task, res.N, res.Seconds, human(res.PeakRSS))
 			return nil
 		},
 	}
+}
+
+// writeMass prints the mass report as a table: per sliced layer and in
+// total, the neurons loaded and computed per token, and the shares of the
+// loaded neurons' Σ|a| that the computed, the best and random neurons hold.
+func writeMass(w io.Writer, m *eval.MassReport) {
+	fmt.Fprintf(w, "\nactivation mass over %d decoded tokens (share of the loaded neurons' Σ|a|)\n", m.Tokens)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "layer\tloaded\tcomputed\tmass\tbest\trandom\t")
+	row := func(name string, s eval.MassShare) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.4f\t%.4f\t%.4f\t\n", name, s.Loaded, s.Computed, s.Mass, s.Best, s.Random)
+	}
+	for _, s := range m.Layers {
+		row(strconv.Itoa(s.Layer), s)
+	}
+	row("all", m.Total)
+	tw.Flush()
 }

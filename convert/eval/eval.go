@@ -49,6 +49,11 @@ type Options struct {
 	// Window and Stride are the perplexity windows in tokens (see
 	// Evaluate); ≤ 0 selects the defaults.
 	Window, Stride int
+	// Mass measures the activation mass decode's neurons hold
+	// (runtime.MassMeter; Result.Mass) in a sparse mode. The run then
+	// computes every loaded neuron and zeroes the skipped ones (the masked
+	// reference: the same results up to float32 rounding, at dense speed).
+	Mass bool
 	// Progress, when set, is called after each example (window) with the
 	// number done and the total.
 	Progress func(done, total int)
@@ -68,6 +73,8 @@ type Result struct {
 	Truncated int   // prompts cut from the left to fit the context
 	Context   int   // KV cache positions of the session
 	KVBytes   int64 // size of that KV cache
+	// Mass is the activation-mass report of Options.Mass, nil otherwise.
+	Mass *runtime.MassMeter
 }
 
 // Evaluate runs the built-in task on m and returns its metrics. Every
@@ -136,7 +143,14 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 	}
 	pool := kernels.NewPool(opt.Threads)
 	defer pool.Close()
+	if opt.Mass && opt.Sparsity.Mode == runtime.Dense {
+		return nil, fmt.Errorf("task %s: the mass report needs a sparse mode (dense computes every loaded neuron)", t.Name)
+	}
 	e := &evaluator{m: m, tok: tok, task: t, opt: opt, s: m.NewSession(pool, opt.Context), bos: -1, fixed: -1}
+	if opt.Mass {
+		e.mass = &runtime.MassMeter{}
+		e.s.Mass(e.mass)
+	}
 	e.ctx = e.s.Context()
 	if tok.AddsBOS() && tok.BOS() >= 0 {
 		e.bos = tok.BOS()
@@ -163,6 +177,7 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 	}
 	res.Seconds = time.Since(start).Seconds()
 	res.PeakRSS = runtime.PeakRSS()
+	res.Mass = e.mass
 	return res, nil
 }
 
@@ -178,6 +193,7 @@ type evaluator struct {
 	// fixed is the token count of the template's fixed text (-1: not yet
 	// counted).
 	fixed int
+	mass  *runtime.MassMeter
 }
 
 var placeholder = regexp.MustCompile(`\{[A-Za-z_]+\}`)

@@ -54,6 +54,46 @@ type Report struct {
 	Tokens       int                `json:"tokens"`
 	Truncated    int                `json:"truncated"`
 	Model        string             `json:"model"`
+	Mass         *MassReport        `json:"mass,omitempty"`
+}
+
+// MassReport is Result.Mass as fractions of the loaded neurons' Σ|a| over
+// the decoded tokens: per sliced layer and over all of them.
+type MassReport struct {
+	Tokens int         `json:"tokens"` // decoded tokens counted
+	Total  MassShare   `json:"total"`
+	Layers []MassShare `json:"layers"`
+}
+
+// MassShare is one row of the mass report: Computed the share the computed
+// neurons hold, Best what the best as many neurons per token would hold,
+// Random the expected share of as many random loaded neurons.
+type MassShare struct {
+	Layer    int     `json:"layer"` // -1 for the total
+	Loaded   int     `json:"loaded"`
+	Computed int     `json:"computed"` // neurons per token
+	Mass     float64 `json:"mass"`
+	Best     float64 `json:"best"`
+	Random   float64 `json:"random"`
+}
+
+// NewMassReport returns m's report (nil for a nil m).
+func NewMassReport(m *runtime.MassMeter) *MassReport {
+	if m == nil {
+		return nil
+	}
+	share := func(layer int, l runtime.LayerMass) MassShare {
+		a, b, r := l.Fraction()
+		return MassShare{Layer: layer, Loaded: l.Loaded, Computed: l.Computed, Mass: a, Best: b, Random: r}
+	}
+	sum := m.Sum()
+	rep := &MassReport{Tokens: sum.Tokens, Total: share(-1, sum)}
+	for i, l := range m.Layers {
+		if l.Tokens > 0 {
+			rep.Layers = append(rep.Layers, share(i, l))
+		}
+	}
+	return rep
 }
 
 // NewReport builds the report of res, evaluated with sp on the model at
@@ -65,5 +105,6 @@ func NewReport(res *Result, sp runtime.Sparsity, path string, fileBytes int64) R
 	if sp.Mode != runtime.Dense {
 		r.Phi, r.Alpha = sp.Phi, sp.Alpha
 	}
+	r.Mass = NewMassReport(res.Mass)
 	return r
 }
