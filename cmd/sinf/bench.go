@@ -206,7 +206,7 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 	rep.PrefillTokensPerS = median(rep.PrefillRuns)
 	rep.DecodeTokensPerS = median(rep.DecodeRuns)
 	rep.PeakRSSBytes = runtime.PeakRSS()
-	b := synth.BytesPerToken(m, s.Active)
+	b := synth.BytesPerToken(m, s)
 	rep.BytesPerToken, rep.AttentionBytes, rep.FFNBytes, rep.LMHeadBytes = b.Total(), b.Attention, b.FFN, b.LMHead
 	if opt.BandwidthBytes > 0 {
 		rep.BandwidthBuffer = opt.BandwidthBytes

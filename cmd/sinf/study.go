@@ -15,6 +15,7 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/eval"
+	"github.com/selectinfer/sinf/convert/synth"
 	"github.com/selectinfer/sinf/format"
 )
 
@@ -24,10 +25,13 @@ func studyCommand() *cli.Command {
 		Name:  "study",
 		Usage: "the paper's grid: convert the files, evaluate every method × task and the φ/γ/δ/layer sweeps; results.json, table.md, figures",
 		UsageText: "sinf study --model DIR --task-scores FILE --model-scores FILE [--tasks t1,t2] [--limit N]\n" +
-			"   [--first-layer F --last-layer L] [--dtypes q8_0,q4_0] [--data-dir DIR] [--no-sweeps] --out DIR",
+			"   [--first-layer F --last-layer L] [--dtypes q8_0,q4_0] [--data-dir DIR] [--no-sweeps] [--mass] [--figures svg|png|pdf] --out DIR",
 		Description: "Rows: Dense (the HF folder), γ-Dense (slim file, dense), SelectInfer (slim, selectinfer φ), CoreInfer (γ=1 file,\n" +
-			"coreinfer φ), CoreInfer + selective loading (slim, coreinfer), CoreInfer + random loading (random file, coreinfer).\n" +
-			"Sweeps on the first task: φ 0.2…0.7, γ 0.5…1.0 (Fig. 10), δ 0.1…0.4 (Fig. 9), layer ranges (Fig. 8).\n" +
+			"coreinfer φ), CoreInfer + selective loading (slim, coreinfer), CoreInfer + random loading (random file, coreinfer),\n" +
+			"GateFirst (slim, gatefirst at the φ that reads SelectInfer's bytes per token).\n" +
+			"Sweeps on the first task: φ 0.2…0.7, γ 0.5…1.0 (Fig. 10), δ 0.1…0.4 (Fig. 9), layer ranges (Fig. 8), and the\n" +
+			"metric against bytes per decoded token of γ-Dense (over γ), SelectInfer, CoreInfer and GateFirst (over φ): curves.svg.\n" +
+			"Evaluations read the eval half of each dataset (sinf eval --split eval); profile the score files on the profile half.\n" +
 			"Each evaluation runs as a `sinf eval --json` subprocess, so its peak RSS is that process's own (VmHWM).\n" +
 			"Interrupted studies resume: results.json is updated after every run and finished runs are skipped.",
 		Flags: []cli.Flag{
@@ -47,6 +51,8 @@ func studyCommand() *cli.Command {
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage + "; per run"},
 			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings)"},
 			&cli.BoolFlag{Name: "no-sweeps", Usage: "only the table rows"},
+			&cli.BoolFlag{Name: "mass", Usage: "report the activation mass of every sparse run (sinf eval --mass: slower)"},
+			&cli.StringFlag{Name: "figures", Value: "svg", Usage: "format of the figures: svg, png or pdf"},
 			&cli.StringFlag{Name: "dtypes", Usage: "comma-separated stored dtypes (f32, f16, bf16, q8_0, q4_0) to add as a table: dense, γ-dense and SelectInfer files in each (the paper's Table 4: 70% dense against 4-bit)"},
 			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output folder (created; reused to resume)"},
@@ -71,7 +77,7 @@ func studyCommand() *cli.Command {
 				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
 				Gamma:         c.Float64("gamma"), Delta: c.Float64("delta"), Phi: c.Float64("phi"), Alpha: c.Float64("alpha"),
 				Seed: c.Uint64("seed"), Threads: c.Int("threads"), Context: c.Int("context"),
-				NoSweeps: c.Bool("no-sweeps"), Log: c.App.ErrWriter,
+				NoSweeps: c.Bool("no-sweeps"), Mass: c.Bool("mass"), Figures: c.String("figures"), Log: c.App.ErrWriter,
 			}
 			for _, d := range strings.Split(c.String("dtypes"), ",") {
 				if d = strings.TrimSpace(d); d == "" {
@@ -120,6 +126,15 @@ func subprocessRunner(exe string) eval.Runner {
 		if sp.Alpha > 0 {
 			args = append(args, "--alpha", f(sp.Alpha))
 		}
+		if opt.Split != "" {
+			args = append(args, "--split", string(opt.Split))
+		}
+		if opt.Offset > 0 {
+			args = append(args, "--offset", strconv.Itoa(opt.Offset))
+		}
+		if opt.Mass {
+			args = append(args, "--mass")
+		}
 		cmd := exec.Command(exe, args...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -135,7 +150,8 @@ func subprocessRunner(exe string) eval.Runner {
 			return nil, fmt.Errorf("sinf eval output: %w", err)
 		}
 		res := &eval.Result{Task: rep.Task, Kind: rep.Kind, N: rep.N, Metrics: rep.Metrics, Seconds: rep.Seconds, PeakRSS: rep.PeakRSSBytes,
-			Tokens: rep.Tokens, Truncated: rep.Truncated, Context: rep.Context, KVBytes: rep.KVCacheBytes}
+			Tokens: rep.Tokens, Truncated: rep.Truncated, Context: rep.Context, KVBytes: rep.KVCacheBytes, Mass: rep.Mass,
+			DecodeBytes: synth.DecodeBytes{Attention: rep.AttentionBytes, FFN: rep.FFNBytes, LMHead: rep.LMHeadBytes}}
 		return &eval.Measured{Result: res, FileBytes: rep.FileBytes,
 			MemorySource: "measured per run: VmHWM of its own `sinf eval` process (Go runtime, dataset, mapped weights touched, KV cache, buffers)"}, nil
 	}

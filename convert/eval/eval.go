@@ -14,6 +14,7 @@ import (
 	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/convert/metrics"
 	"github.com/selectinfer/sinf/convert/profile"
+	"github.com/selectinfer/sinf/convert/synth"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/kernels"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
@@ -74,7 +75,10 @@ type Result struct {
 	Context   int   // KV cache positions of the session
 	KVBytes   int64 // size of that KV cache
 	// Mass is the activation-mass report of Options.Mass, nil otherwise.
-	Mass *runtime.MassMeter
+	Mass *MassReport
+	// DecodeBytes is the weight bytes a decoded token reads in the mode
+	// evaluated (synth.BytesPerToken of the session after the run).
+	DecodeBytes synth.DecodeBytes
 }
 
 // Evaluate runs the built-in task on m and returns its metrics. Every
@@ -177,7 +181,8 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 	}
 	res.Seconds = time.Since(start).Seconds()
 	res.PeakRSS = runtime.PeakRSS()
-	res.Mass = e.mass
+	res.Mass = NewMassReport(e.mass)
+	res.DecodeBytes = synth.BytesPerToken(m, e.s)
 	return res, nil
 }
 

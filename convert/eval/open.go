@@ -55,6 +55,10 @@ type Report struct {
 	Truncated    int                `json:"truncated"`
 	Model        string             `json:"model"`
 	Mass         *MassReport        `json:"mass,omitempty"`
+	// Weight bytes a decoded token reads, by part (synth.DecodeBytes).
+	AttentionBytes int64 `json:"attention_bytes_per_token"`
+	FFNBytes       int64 `json:"ffn_bytes_per_token"`
+	LMHeadBytes    int64 `json:"lm_head_bytes_per_token"`
 }
 
 // MassReport is Result.Mass as fractions of the loaded neurons' Σ|a| over
@@ -105,6 +109,7 @@ func NewReport(res *Result, sp runtime.Sparsity, path string, fileBytes int64) R
 	if sp.Mode != runtime.Dense {
 		r.Phi, r.Alpha = sp.Phi, sp.Alpha
 	}
-	r.Mass = NewMassReport(res.Mass)
+	r.Mass = res.Mass
+	r.AttentionBytes, r.FFNBytes, r.LMHeadBytes = res.DecodeBytes.Attention, res.DecodeBytes.FFN, res.DecodeBytes.LMHead
 	return r
 }

@@ -63,6 +63,8 @@ func (s *study) rowLabel(id, label string) string {
 		return fmt.Sprintf("%s (φ=%g)", label, o.Phi)
 	case "coreinfer-selective", "coreinfer-random":
 		return fmt.Sprintf("%s (γ=%g, φ=%g)", label, o.Gamma, o.Phi)
+	case "gatefirst":
+		return fmt.Sprintf("%s (γ=%g, φ=%g: SelectInfer's bytes per token)", label, o.Gamma, GateFirstPhi(o.Gamma, o.Phi))
 	}
 	return label
 }
@@ -231,13 +233,26 @@ func (s *study) writeReport() error {
 				}
 				fmt.Fprintf(&b, "| %s | `%s` | %s |\n", p.label, filepath.Base(p.plan.File), v)
 			}
-			if err := s.plot(f.group, filepath.Join(o.Out, f.file), f.param, title, key, pts); err != nil {
+			file := s.figure(f.file)
+			if err := s.plot(f.group, filepath.Join(o.Out, file), f.param, title, key, pts); err != nil {
 				return err
 			}
-			fmt.Fprintf(&b, "\n![%s](%s)\n", f.group, f.file)
+			fmt.Fprintf(&b, "\n![%s](%s)\n", f.group, file)
+		}
+		if err := s.writeCurves(&b); err != nil {
+			return err
 		}
 	}
 	return WriteAtomic(filepath.Join(o.Out, "table.md"), []byte(b.String()))
+}
+
+// figure returns the file name of a figure in the study's format
+// (StudyOptions.Figures).
+func (s *study) figure(name string) string {
+	if s.opt.Figures == "" {
+		return name
+	}
+	return strings.TrimSuffix(name, filepath.Ext(name)) + "." + s.opt.Figures
 }
 
 func (s *study) figTitle(group, format, key string) string {

@@ -79,8 +79,13 @@ type StudyOptions struct {
 	// against quantized): dense (a γ=1 file in the dtype), γ-dense and
 	// SelectInfer (slim files in the dtype), on every task.
 	DTypes []format.DType
-	Runner Runner // nil: InProcess
-	Log    io.Writer
+	// Mass adds the activation-mass report (Options.Mass) to every sparse
+	// run: slower, as those runs then compute every loaded neuron.
+	Mass bool
+	// Figures is the figures' format: "svg" (default), "png" or "pdf".
+	Figures string
+	Runner  Runner // nil: InProcess
+	Log     io.Writer
 }
 
 // Sweep values (paper Fig. 10, 9).
@@ -98,7 +103,19 @@ const (
 	GroupDelta  = "fig9_delta"
 	GroupLayers = "fig8_layers"
 	GroupDType  = "table4_dtype"
+	// GroupCurves: the φ (γ for γ-dense) sweeps of every method on
+	// SweepTask, for the metric against bytes read per decoded token.
+	GroupCurves = "curves"
 )
+
+// CurvePhis are the φ of the GroupCurves sweeps of CoreInfer and GateFirst
+// (those above γ are left out).
+var CurvePhis = []float64{0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7}
+
+// GateFirstPhi returns the φ at which GateFirst reads per decoded token
+// what SelectInfer reads at phi from a γ file: γ/3 + 2φ'/3 = φ, so
+// φ' = (3φ − γ)/2 (0.25 at γ=0.7, φ=0.4); ≤ 0 when no φ' does.
+func GateFirstPhi(gamma, phi float64) float64 { return math.Round((3*phi-gamma)/2*1e9) / 1e9 }
 
 // File kinds.
 const (
@@ -137,12 +154,19 @@ type Run struct {
 	// PeakRSSBytes is the measured peak resident set size of the run (see
 	// MemorySource); PeakMemoryBytes the study's peak memory figure, the
 	// same measurement.
-	PeakRSSBytes    int64  `json:"peak_rss_bytes,omitempty"`
-	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty"`
-	MemorySource    string `json:"memory_source,omitempty"`
-	ReusedFrom      string `json:"reused_from,omitempty"`
-	Error           string `json:"error,omitempty"`
-	Finished        string `json:"finished,omitempty"`
+	PeakRSSBytes    int64 `json:"peak_rss_bytes,omitempty"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes,omitempty"`
+	// BytesPerToken and FFNBytesPerToken: weight bytes read per decoded
+	// token, all and of the FFN layers (synth.BytesPerToken).
+	BytesPerToken    int64 `json:"bytes_per_token,omitempty"`
+	FFNBytesPerToken int64 `json:"ffn_bytes_per_token,omitempty"`
+	// Mass: the activation-mass shares over the sliced layers
+	// (StudyOptions.Mass; MassShare: computed, best, random).
+	Mass         *MassShare `json:"mass,omitempty"`
+	MemorySource string     `json:"memory_source,omitempty"`
+	ReusedFrom   string     `json:"reused_from,omitempty"`
+	Error        string     `json:"error,omitempty"`
+	Finished     string     `json:"finished,omitempty"`
 
 	fs fileSpec
 }
@@ -251,6 +275,11 @@ func newStudy(opt StudyOptions) (*study, error) {
 	if opt.Delta == 0 {
 		opt.Delta = 0.3
 	}
+	switch opt.Figures {
+	case "", "svg", "png", "pdf":
+	default:
+		return nil, fmt.Errorf("study: figure format %q: want svg, png or pdf", opt.Figures)
+	}
 	if opt.Phi == 0 {
 		opt.Phi = runtime.DefaultSparsity.Phi
 	}
@@ -318,7 +347,7 @@ func (s *study) add(group, row, id, task string, mode runtime.Mode, fs fileSpec,
 	r := &Run{ID: group + "/" + id + "/" + task, Group: group, Row: row, Task: task, Kind: t.Kind, Mode: mode.String(),
 		FileKind: fs.kind, Gamma: fs.gamma, Delta: fs.delta, Phi: phi, FirstLayer: fs.lo, LastLayer: fs.hi,
 		Limit: o.Limit, fs: fs}
-	if mode != runtime.Dense {
+	if mode != runtime.Dense && !mode.PerToken() {
 		r.Alpha = o.Alpha
 	}
 	if fs.kind == FileHF {
@@ -327,6 +356,9 @@ func (s *study) add(group, row, id, task string, mode runtime.Mode, fs fileSpec,
 		r.File = filepath.Join(o.Out, fs.name())
 	}
 	r.Key = fmt.Sprintf("file=%s mode=%s phi=%g alpha=%g task=%s limit=%d context=%d", r.File, r.Mode, r.Phi, r.Alpha, task, o.Limit, o.Context)
+	if o.Mass && mode != runtime.Dense {
+		r.Key += " mass"
+	}
 	s.plan = append(s.plan, r)
 }
 
@@ -338,6 +370,7 @@ var tableRows = []struct{ id, label string }{
 	{"coreinfer", "CoreInfer"},
 	{"coreinfer-selective", "CoreInfer + selective loading"},
 	{"coreinfer-random", "CoreInfer + random loading"},
+	{"gatefirst", "GateFirst"},
 }
 
 // dtypeID names a dtype in run IDs and file names ("q4_0").
@@ -366,6 +399,9 @@ func (s *study) buildPlan() {
 		s.add(GroupTable, tableRows[3].label, tableRows[3].id, task, runtime.CoreInfer, full, o.Phi)
 		s.add(GroupTable, tableRows[4].label, tableRows[4].id, task, runtime.CoreInfer, slim, o.Phi)
 		s.add(GroupTable, tableRows[5].label, tableRows[5].id, task, runtime.CoreInfer, random, o.Phi)
+		if phi := GateFirstPhi(o.Gamma, o.Phi); phi > 0 {
+			s.add(GroupTable, tableRows[6].label, tableRows[6].id, task, runtime.GateFirst, slim, phi)
+		}
 		for _, d := range o.DTypes {
 			full, slim := full, slim
 			full.dtype, slim.dtype = d, d
@@ -418,6 +454,23 @@ func (s *study) buildPlan() {
 		fs.lo, fs.hi = r[0], r[1]
 		label := fmt.Sprintf("[%d, %d)", r[0], r[1])
 		s.add(GroupLayers, label, fmt.Sprintf("L%d-%d", r[0], r[1]), task, runtime.SelectInfer, fs, o.Phi)
+	}
+	// The curves: γ-dense over γ, CoreInfer (full file) and GateFirst (the
+	// γ file) over φ; SelectInfer's is the φ sweep above. Runs equal to
+	// planned ones are reused, not run again.
+	for _, g := range GammaSweep {
+		if g < o.Delta {
+			continue
+		}
+		fs := slim
+		fs.gamma = g
+		s.add(GroupCurves, "γ-Dense γ="+ftoa(g), "gamma-dense-gamma="+ftoa(g), task, runtime.Dense, fs, g)
+	}
+	for _, phi := range CurvePhis {
+		s.add(GroupCurves, "CoreInfer φ="+ftoa(phi), "coreinfer-phi="+ftoa(phi), task, runtime.CoreInfer, full, phi)
+		if phi <= o.Gamma {
+			s.add(GroupCurves, "GateFirst φ="+ftoa(phi), "gatefirst-phi="+ftoa(phi), task, runtime.GateFirst, slim, phi)
+		}
 	}
 }
 
@@ -587,7 +640,8 @@ func (s *study) execute(p *Run, n, total int) error {
 	}
 	sp := runtime.Sparsity{Phi: p.Phi, Alpha: s.opt.Alpha}
 	sp.Mode, _ = runtime.ParseMode(p.Mode)
-	opt := Options{DataDir: s.opt.DataDir, Limit: s.opt.Limit, Sparsity: sp, Threads: s.opt.Threads, Context: s.opt.Context}
+	opt := Options{DataDir: s.opt.DataDir, Limit: s.opt.Limit, Sparsity: sp, Threads: s.opt.Threads, Context: s.opt.Context,
+		Mass: s.opt.Mass && sp.Mode != runtime.Dense}
 	start := time.Now()
 	m, err := s.opt.Runner(p.File, p.Task, opt)
 	if err != nil {
@@ -599,6 +653,10 @@ func (s *study) execute(p *Run, n, total int) error {
 		r.N, r.Metrics, r.Seconds, r.Context = res.N, res.Metrics, res.Seconds, res.Context
 		r.FileBytes, r.KVBytes = m.FileBytes, res.KVBytes
 		r.PeakRSSBytes, r.PeakMemoryBytes, r.MemorySource = res.PeakRSS, res.PeakRSS, m.MemorySource
+		r.BytesPerToken, r.FFNBytesPerToken = res.DecodeBytes.Total(), res.DecodeBytes.FFN
+		if res.Mass != nil {
+			r.Mass = &res.Mass.Total
+		}
 		key, _ := PrimaryMetric(res.Kind)
 		s.logf("[%d/%d] %s: %s %.4g (n=%d, %.1f s)", n, total, r.ID, key, res.Metrics[key], res.N, time.Since(start).Seconds())
 	}
@@ -611,6 +669,7 @@ func copyResult(dst, src *Run) {
 	dst.N, dst.Metrics, dst.Seconds, dst.Context = src.N, src.Metrics, src.Seconds, src.Context
 	dst.FileBytes, dst.KVBytes = src.FileBytes, src.KVBytes
 	dst.PeakRSSBytes, dst.PeakMemoryBytes, dst.MemorySource = src.PeakRSSBytes, src.PeakMemoryBytes, src.MemorySource
+	dst.BytesPerToken, dst.FFNBytesPerToken, dst.Mass = src.BytesPerToken, src.FFNBytesPerToken, src.Mass
 	dst.Finished = src.Finished
 }
 

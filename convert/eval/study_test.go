@@ -1,7 +1,9 @@
 package eval_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,20 +99,29 @@ func TestStudy(t *testing.T) {
 		require.NotEmpty(t, r.Metrics, r.ID)
 		ids[r.ID] = r
 	}
-	for _, row := range []string{"dense", "gamma-dense", "selectinfer", "coreinfer", "coreinfer-selective", "coreinfer-random"} {
+	for _, row := range []string{"dense", "gamma-dense", "selectinfer", "coreinfer", "coreinfer-selective", "coreinfer-random", "gatefirst"} {
 		for _, task := range opt.Tasks {
 			require.Contains(t, ids, "table/"+row+"/"+task)
 		}
 	}
 	for _, id := range []string{"fig10_phi/phi=0.2/tinystories", "fig10_phi/phi=0.7/tinystories", "fig10_gamma/gamma=1/tinystories",
-		"fig9_delta/delta=0.1/tinystories", "fig8_layers/L0-1/tinystories", "fig8_layers/L1-2/tinystories", "fig8_layers/L0-2/tinystories"} {
+		"fig9_delta/delta=0.1/tinystories", "fig8_layers/L0-1/tinystories", "fig8_layers/L1-2/tinystories", "fig8_layers/L0-2/tinystories",
+		"curves/gatefirst-phi=0.1/tinystories", "curves/coreinfer-phi=0.7/tinystories", "curves/gamma-dense-gamma=0.5/tinystories"} {
 		require.Contains(t, ids, id)
 	}
 	si := ids["table/selectinfer/tinystories"]
 	assert.Equal(t, []any{0, 2, 0.7, 0.3, 0.4, "selectinfer"}, []any{si.FirstLayer, si.LastLayer, si.Gamma, si.Delta, si.Phi, si.Mode})
 	assert.Equal(t, 0.2, ids["fig10_phi/phi=0.2/tinystories"].Delta, "δ lowered to φ")
 	assert.Equal(t, "table/selectinfer/tinystories", ids["fig10_phi/phi=0.4/tinystories"].ReusedFrom, "an equal configuration is not run twice")
-	for _, f := range []string{"results.json", "table.md", "fig10_phi.svg", "fig10_gamma.svg", "fig9_delta.svg", "fig8_layers.svg",
+	// GateFirst at SelectInfer's bytes per decoded token: φ = (3·0.4 − 0.7)/2.
+	gf, sel := ids["table/gatefirst/tinystories"], ids["table/selectinfer/tinystories"]
+	assert.Equal(t, []any{0.25, "gatefirst", 0.0}, []any{gf.Phi, gf.Mode, gf.Alpha})
+	assert.Equal(t, "table/gatefirst/tinystories", ids["curves/gatefirst-phi=0.25/tinystories"].ReusedFrom)
+	// Bytes per decoded token, N=384 neurons × hidden 128 × 4 bytes a row, 2 layers:
+	// SelectInfer 154 neurons × 3 rows, GateFirst 269 gate rows + 2 × 96.
+	assert.Equal(t, int64(2*154*3*128*4), sel.FFNBytesPerToken)
+	assert.Equal(t, int64(2*(269+2*96)*128*4), gf.FFNBytesPerToken)
+	for _, f := range []string{"results.json", "table.md", "fig10_phi.svg", "fig10_gamma.svg", "fig9_delta.svg", "fig8_layers.svg", eval.CurvesFile,
 		"slim-g0.70-d0.30-L0-2.sinf", "random-g0.70-L0-2.sinf", "full-L0-2.sinf"} {
 		st, err := os.Stat(filepath.Join(out, f))
 		require.NoError(t, err, f)
@@ -172,7 +183,7 @@ func TestStudy(t *testing.T) {
 	opt.Limit, opt.NoSweeps, opt.Tasks = 1, true, []string{"tinystories"}
 	_, err = eval.Study(opt)
 	require.NoError(t, err)
-	assert.Len(t, c.runs, 6)
+	assert.Len(t, c.runs, 7)
 
 	// A damaged file is converted again when runs need it.
 	require.NoError(t, os.WriteFile(slim, []byte("not a sinf file"), 0o644))
@@ -180,7 +191,7 @@ func TestStudy(t *testing.T) {
 	opt.Limit = 2
 	_, err = eval.Study(opt)
 	require.NoError(t, err)
-	assert.Len(t, c.runs, 6, strings.Join(c.runs, "; "))
+	assert.Len(t, c.runs, 7, strings.Join(c.runs, "; "))
 	f, err := format.Open(slim)
 	require.NoError(t, err)
 	assert.NoError(t, f.Verify())
@@ -254,5 +265,51 @@ func TestStudyDTypes(t *testing.T) {
 	require.Contains(t, string(table), "## Stored dtype")
 	require.Contains(t, string(table), "| SelectInfer (γ=0.7, δ=0.3, φ=0.4), Q4_0 |")
 	require.Equal(t, 1, strings.Count(string(table), "| Dense, Q8_0 |"))
-	require.Len(t, res.Runs, 6+2*3) // the six table rows on one task, and three per dtype (Q8_0 once)
+	require.Len(t, res.Runs, 7+2*3) // the seven table rows on one task, and three per dtype (Q8_0 once)
+}
+
+// TestStudyMassCurves: with Mass, every sparse run carries the activation
+// mass (computed ≤ best ≤ 1, random = computed/loaded neurons) and the
+// bytes table shows it; with Figures "png" the figures are PNG images.
+func TestStudyMassCurves(t *testing.T) {
+	c := &counter{}
+	opt, _, _, out := studyOptions(t, c, []string{"tinystories"}, 2)
+	opt.Mass, opt.Figures = true, "png"
+	res, err := eval.Study(opt)
+	require.NoError(t, err)
+	for _, r := range res.Runs {
+		require.Empty(t, r.Error, r.ID)
+		if r.Mode == "dense" {
+			require.Nil(t, r.Mass, r.ID)
+			continue
+		}
+		require.NotNil(t, r.Mass, r.ID)
+		m := r.Mass
+		require.True(t, 0 < m.Mass && m.Mass <= m.Best+1e-12 && m.Best <= 1+1e-12, "%s: %+v", r.ID, *m)
+		require.InDelta(t, float64(m.Computed)/float64(m.Loaded), m.Random, 1e-12, r.ID)
+	}
+	gf := res.Runs[0]
+	for _, r := range res.Runs {
+		if r.ID == "table/gatefirst/tinystories" {
+			gf = r
+		}
+	}
+	require.Equal(t, 2*96, gf.Mass.Computed) // φ=0.25 of N=384 in each of 2 layers
+	table, err := os.ReadFile(filepath.Join(out, "table.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(table), "| perplexity | mass | best | random |")
+	require.Contains(t, string(table), "![curves](curves.png)")
+	for _, f := range []string{"curves.png", "fig10_phi.png", "fig8_layers.png"} {
+		b, err := os.ReadFile(filepath.Join(out, f))
+		require.NoError(t, err)
+		img, err := png.Decode(bytes.NewReader(b))
+		require.NoError(t, err, f)
+		require.Greater(t, img.Bounds().Dx(), 500, f)
+	}
+	if dir := os.Getenv("SINF_STUDY_FIGURES"); dir != "" { // to look at them
+		for _, f := range []string{"curves.png", "fig10_phi.png"} {
+			b, _ := os.ReadFile(filepath.Join(out, f))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+		}
+	}
 }

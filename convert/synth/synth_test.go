@@ -275,12 +275,12 @@ func TestBytesPerToken(t *testing.T) {
 	require.Equal(t, DecodeBytes{Attention: attn, FFN: 3 * ffnAll, LMHead: head}, BytesPerToken(m, nil))
 	require.Equal(t, int64(372736), BytesPerToken(m, nil).Total())
 	// An active set on a whole layer counts its rows: 5 neurons of layer 2.
-	act := func(i int) []int32 {
+	act := planFunc(func(i int) []int32 {
 		if i == 2 {
 			return []int32{0, 1, 2, 3, 4}
 		}
 		return nil
-	}
+	})
 	require.Equal(t, int64(2*ffnAll+5*3*32*4), BytesPerToken(m, act).FFN)
 
 	// A slim file: layer 1 sliced to γ=0.5 (32 of 64 neurons), then decode
@@ -303,5 +303,20 @@ func TestBytesPerToken(t *testing.T) {
 		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: 0.25, Alpha: 0.2}})
 	require.NoError(t, err)
 	require.Len(t, s.Active(1), 16)
-	require.Equal(t, int64(354304), BytesPerToken(sm, s.Active).Total()) // 36864 + 2·24576 + 16·384 + 262144
+	require.Equal(t, int64(354304), BytesPerToken(sm, s).Total()) // 36864 + 2·24576 + 16·384 + 262144
+
+	// gatefirst with φ=0.125 (8 rows): all 32 gate rows, 8 up and down rows.
+	s.Reset()
+	_, err = s.Generate([]int{1, 50, 60, 70}, runtime.GenerateOptions{MaxTokens: 3,
+		Sparsity: runtime.Sparsity{Mode: runtime.GateFirst, Phi: 0.125}})
+	require.NoError(t, err)
+	require.Nil(t, s.Active(1))
+	require.Equal(t, 8, s.PerToken(1))
+	require.Equal(t, int64(attn+2*ffnAll+(32+2*8)*32*4+head), BytesPerToken(sm, s).Total())
 }
+
+// planFunc is a Plan of fixed active sets.
+type planFunc func(int) []int32
+
+func (p planFunc) Active(i int) []int32 { return p(i) }
+func (p planFunc) PerToken(int) int     { return 0 }
