@@ -59,4 +59,6 @@ type backend interface {
 	argmax(out, x Ptr, n int)
 	countTop(counts, act Ptr, T, kept int, alpha float64)
 	selectTop(rows, counts Ptr, kept, static, target int)
+	gateScore(keys, g, w Ptr, n int)
+	gatherSiluMul(h, g, rows, u Ptr, n int)
 }

@@ -356,6 +356,14 @@ func (d *device) selectTop(rows, counts Ptr, kept, static, target int) {
 	d.check("select_top", C.sinf_select_top(d.ctx, dp(rows), dp(counts), C.int(kept), C.int(static), C.int(target)))
 }
 
+func (d *device) gateScore(keys, g, w Ptr, n int) {
+	d.check("gate_score", C.sinf_gate_score(d.ctx, dp(keys), dp(g), dp(w), C.int(n)))
+}
+
+func (d *device) gatherSiluMul(h, g, rows, u Ptr, n int) {
+	d.check("gather_silu_mul", C.sinf_gather_silu_mul(d.ctx, dp(h), dp(g), dp(rows), dp(u), C.int(n)))
+}
+
 // CopyBandwidth measures the device-to-device copy bandwidth (bytes read and
 // written per second; the best of iters copies of a buffer of the given
 // size) on device ordinal: the roofline the kernel benchmarks compare with.

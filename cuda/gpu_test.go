@@ -393,3 +393,41 @@ func TestKernelSelectTop(t *testing.T) {
 		require.Equal(t, r, g, "%+v", c)
 	}
 }
+
+// TestKernelGateFirst: GateFirst's keys (runtime.GateScores' bits), the rows
+// sinf_select_top picks from them, and the gathered SwiGLU, against the CPU.
+// Keys are equal except where the device's double exp rounds differently in
+// the last float bit (at most 1 ulp of the key).
+func TestKernelGateFirst(t *testing.T) {
+	p := newPair(t)
+	rng := rand.New(rand.NewPCG(13, 1))
+	for _, c := range []struct{ kept, k int }{{269, 96}, {5734, 2048}, {1075, 384}, {40, 40}} {
+		g := p.f32(randVec(rng, c.kept, 4))
+		w := make([]float32, c.kept)
+		for i := range w {
+			w[i] = float32(0.5 + rng.Float64())
+		}
+		wb := p.f32(w)
+		keys := p.zeros(c.kept)
+		p.gpu.gateScore(keys.g, g.g, wb.g, c.kept)
+		p.ref.gateScore(keys.r, g.r, wb.r, c.kept)
+		gk, rk := p.getI32(keys, c.kept)
+		for i := range rk {
+			d := gk[i] - rk[i]
+			require.True(t, d >= -1 && d <= 1, "kept %d key %d: gpu %#x cpu %#x", c.kept, i, gk[i], rk[i])
+		}
+		// Select from the CPU's keys on both, so the rows must be equal.
+		ck := p.i32(rk)
+		rows := p.zeros(c.k)
+		p.gpu.selectTop(rows.g, ck.g, c.kept, 0, c.k)
+		p.ref.selectTop(rows.r, ck.r, c.kept, 0, c.k)
+		gr, rr := p.getI32(rows, c.k)
+		require.Equal(t, rr, gr, "kept %d", c.kept)
+		u := p.f32(randVec(rng, c.k, 1))
+		h := p.zeros(c.k)
+		rb := p.i32(rr)
+		p.gpu.gatherSiluMul(h.g, g.g, rb.g, u.g, c.k)
+		p.ref.gatherSiluMul(h.r, g.r, rb.r, u.r, c.k)
+		p.close("gather_silu_mul", h, c.k, 1e-6)
+	}
+}

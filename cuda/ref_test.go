@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/selectinfer/sinf/format"
@@ -249,6 +250,23 @@ func (r *refBackend) countTop(counts, act Ptr, T, kept int, alpha float64) {
 
 func (r *refBackend) selectTop(rows, counts Ptr, kept, static, target int) {
 	copy(r.i32(rows, target), refActiveSet(r.i32(counts, kept), kept, static, target))
+}
+
+func (r *refBackend) gateScore(keys, g, w Ptr, n int) {
+	score := make([]float32, n)
+	runtime.GateScores(score, r.f32(g, n), r.f32(w, n))
+	k := r.i32(keys, n)
+	for j, v := range score {
+		k[j] = int32(math.Float32bits(v)) // non-negative: the sign bit is clear
+	}
+}
+
+func (r *refBackend) gatherSiluMul(h, g, rows, u Ptr, n int) {
+	rs, hs := r.i32(rows, n), r.f32(h, n)
+	for j, row := range rs {
+		hs[j] = r.f32(g, int(row)+1)[row]
+	}
+	kernels.SwiGLU(r.pool, hs, r.f32(u, n))
 }
 
 // refActiveSet calls runtime.ActiveSet for a layer of kept rows whose first

@@ -78,6 +78,11 @@ type Session struct {
 	cos, sin                     Ptr   // [ctx, hd/2]
 	counts, active               []Ptr // per sliced layer [kept] int32
 	activeN                      []int // rows in active[i]; -1: all rows
+	// perToken[i] > 0: decode picks that many rows of layer i per token
+	// (GateFirst; counts[i] then holds the keys, active[i] the rows); h
+	// [maxKept] holds their SwiGLU.
+	perToken []int
+	h        Ptr
 
 	allocs     []Ptr
 	hostLogits []float32
@@ -91,6 +96,7 @@ type devLayer struct {
 	gate, up, down, downT weight
 	sliced                bool
 	base, kept            int
+	norms                 Ptr // runtime.Model.RowNorms [kept], uploaded on GateFirst's first use
 }
 
 var _ runtime.Generator = (*Session)(nil)
@@ -153,7 +159,10 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 	kvd := c.KVHeads * c.HeadDim
 	s.kc, s.vc = make([]Ptr, c.Layers), make([]Ptr, c.Layers)
 	s.counts, s.active = make([]Ptr, c.Layers), make([]Ptr, c.Layers)
-	s.activeN = make([]int, c.Layers)
+	s.activeN, s.perToken = make([]int, c.Layers), make([]int, c.Layers)
+	if s.h, err = s.alloc(4 * s.maxKept); err != nil {
+		return nil, err
+	}
 	for i := range s.kc {
 		if s.kc[i], err = s.alloc(4 * ctx * kvd); err != nil {
 			return nil, err
@@ -359,6 +368,7 @@ func (s *Session) Reset() {
 	for i := range s.activeN {
 		s.activeN[i] = -1
 	}
+	clear(s.perToken)
 }
 
 // Close releases the device memory, the registered file and the context.
@@ -460,6 +470,18 @@ func (s *Session) ffn(i, T int, count bool, alpha float64) {
 	be := s.be
 	H := c.Hidden
 	be.rmsnorm(s.xb, s.x, d.mlpNorm, T, H, c.RMSNormEps)
+	if k := s.perToken[i]; k > 0 && T == 1 {
+		// GateFirst (runtime.Session.ffnPerToken): the gate of every stored
+		// row, the k best by |silu(g)|·‖up‖·‖down‖ (keys in counts[i]), then
+		// their up rows and transposed down_proj rows.
+		be.matvec(s.gate, d.gate, 0, d.kept, s.xb, 0, false)
+		be.gateScore(s.counts[i], s.gate, d.norms, d.kept)
+		be.selectTop(s.active[i], s.counts[i], d.kept, 0, k)
+		be.matvec(s.up, d.up, s.active[i], k, s.xb, 0, false)
+		be.gatherSiluMul(s.h, s.gate, s.active[i], s.up, k)
+		be.addRows(s.x, d.downT, s.active[i], k, s.h, true)
+		return
+	}
 	if n := s.activeN[i]; n >= 0 && T == 1 {
 		// Decode over the active rows: gathered gate/up rows, fused SwiGLU,
 		// then the matching rows of the transposed down_proj.
@@ -486,6 +508,21 @@ func (s *Session) ffn(i, T int, count bool, alpha float64) {
 	default:
 		s.project(s.x, d.down, s.gate, T, 0, true)
 	}
+}
+
+// uploadNorms places layer i's GateFirst row weights (Model.RowNorms) on
+// the device, once.
+func (s *Session) uploadNorms(i int) error {
+	d := &s.layers[i]
+	if d.norms != 0 {
+		return nil
+	}
+	p, err := s.vec(s.m.RowNorms(i))
+	if err != nil {
+		return err
+	}
+	d.norms = p
+	return nil
 }
 
 // nextToken picks the next token from s.logits: the argmax on the device
@@ -577,10 +614,7 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 	if err := sp.Validate(s.m); err != nil {
 		return res, err
 	}
-	if sp.Mode.PerToken() {
-		return res, fmt.Errorf("cuda: mode %v picks neurons per token, which the CUDA backend does not do yet: run it with --device cpu", sp.Mode)
-	}
-	count := sp.Mode != runtime.Dense
+	count := sp.Mode != runtime.Dense && !sp.Mode.PerToken()
 	if count {
 		for i, d := range s.layers {
 			if d.sliced {
@@ -611,7 +645,15 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 			s.be.selectTop(s.active[i], s.counts[i], d.kept, static, target)
 			s.activeN[i] = target
 		}
-		if n := s.activeN[i]; n >= 0 {
+		if sp.Mode.PerToken() && d.sliced {
+			if err := s.uploadNorms(i); err != nil {
+				return res, err
+			}
+			s.perToken[i] = min(runtime.RoundCount(sp.Phi, N), d.kept)
+		}
+		if k := s.perToken[i]; k > 0 {
+			res.ComputedNeurons = append(res.ComputedNeurons, k)
+		} else if n := s.activeN[i]; n >= 0 {
 			res.ComputedNeurons = append(res.ComputedNeurons, n)
 		} else {
 			res.ComputedNeurons = append(res.ComputedNeurons, d.kept)

@@ -128,6 +128,15 @@ int sinf_count_top(sinf_ctx *ctx, sinf_dptr counts, sinf_dptr act, int T, int ke
  * ascending order to rows (int32 [target]). */
 int sinf_select_top(sinf_ctx *ctx, sinf_dptr rows, sinf_dptr counts, int kept, int static_rows, int target);
 
+/* GateFirst's per-token key (runtime.GateScores): keys[j] (uint32 [n]) =
+ * the bits of the float |silu(g[j])|·w[j], silu in double rounded to float;
+ * non-negative floats order as their bits, so sinf_select_top (static 0)
+ * then picks the rows with the largest keys. */
+int sinf_gate_score(sinf_ctx *ctx, sinf_dptr keys, sinf_dptr g, sinf_dptr w, int n);
+/* h[j] = silu(g[rows[j]])·u[j] for j < n: GateFirst's SwiGLU over the rows
+ * picked, g the gate of every stored row, u the gathered up rows. */
+int sinf_gather_silu_mul(sinf_ctx *ctx, sinf_dptr h, sinf_dptr g, sinf_dptr rows, sinf_dptr u, int n);
+
 /* Benchmarks: the device-to-device copy bandwidth (bytes read + written per
  * second, the best of iters copies of bytes), and the seconds the stream
  * takes between two marks. */

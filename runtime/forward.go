@@ -370,14 +370,7 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 // (φ=0.25, γ=0.7) it lowered perplexity from 52.6 to 32.6 against the gate
 // alone (tinystories-656k 67.5 → 67.0, babyllama-936k 7.58 → 7.76).
 func topSiLU(rows []int32, score, sel, g, w []float32, k int) []int32 {
-	for j, v := range g {
-		score[j] = float32(math.Abs(float64(v) / (1 + math.Exp(-float64(v)))))
-	}
-	if w != nil {
-		for j := range score {
-			score[j] *= w[j]
-		}
-	}
+	GateScores(score, g, w)
 	copy(sel, score)
 	th := kthLargest(sel, k)
 	ties := k
@@ -395,6 +388,21 @@ func topSiLU(rows []int32, score, sel, g, w []float32, k int) []int32 {
 		}
 	}
 	return rows
+}
+
+// GateScores sets score[j] = |silu(g[j])|·w[j] for j < len(g) (w nil: 1):
+// silu in float64 rounded to float32, then a float32 product. It is
+// GateFirst's per-token ranking key (w = Model.RowNorms); the CUDA backend's
+// sinf_gate_score computes the same. score and g are [n] float32.
+func GateScores(score, g, w []float32) {
+	for j, v := range g {
+		score[j] = float32(math.Abs(float64(v) / (1 + math.Exp(-float64(v)))))
+	}
+	if w != nil {
+		for j := range score[:len(g)] {
+			score[j] *= w[j]
+		}
+	}
 }
 
 // originalRows maps row indices of a sliced layer to original neuron ids

@@ -3,7 +3,7 @@
 // only the format, runtime and tokenizer packages.
 //
 //	sinf-run --model FILE.sinf --prompt TEXT [--max-tokens N] [--phi 0.4] [--alpha 0.2]
-//	         [--mode selectinfer|dense|coreinfer] [--threads N] [--json]
+//	         [--mode selectinfer|dense|coreinfer|gatefirst] [--threads N] [--json]
 package main
 
 import (

@@ -22,7 +22,7 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "measure prefill and decode speed, peak RSS, and decode speed against the memory-bandwidth roofline",
-		UsageText: "sinf bench --model FILE.sinf|DIR [--mode dense|selectinfer|coreinfer] [--phi F] [--alpha A]\n" +
+		UsageText: "sinf bench --model FILE.sinf|DIR [--mode dense|selectinfer|coreinfer|gatefirst] [--phi F] [--alpha A]\n" +
 			"   [--threads N] [--busy N] [--prompt-tokens 64] [--gen-tokens 32] [--repeat 3] [--json]",
 		Flags: append(runcmd.SparsityFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},

@@ -136,7 +136,41 @@ __global__ void __launch_bounds__(kSelectThreads)
 	}
 }
 
+// gate_score_kernel: keys[j] = bits of |silu(g[j])|·w[j] (runtime.GateScores:
+// silu in double rounded to float, then a float product).
+__global__ void gate_score_kernel(unsigned int *__restrict__ keys, const float *__restrict__ g,
+                                  const float *__restrict__ w, int n) {
+	const int j = blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= n) return;
+	const double v = (double)g[j];
+	const float s = (float)fabs(v / (1.0 + exp(-v)));
+	keys[j] = __float_as_uint(__fmul_rn(s, w[j]));
+}
+
+// gather_silu_mul_kernel: h[j] = silu(g[rows[j]])·u[j].
+__global__ void gather_silu_mul_kernel(float *__restrict__ h, const float *__restrict__ g,
+                                       const int32_t *__restrict__ rows, const float *__restrict__ u, int n) {
+	const int j = blockIdx.x * blockDim.x + threadIdx.x;
+	if (j < n) h[j] = silu_mul(g[rows[j]], u[j]);
+}
+
 } // namespace
+
+extern "C" int sinf_gate_score(sinf_ctx *c, sinf_dptr keys, sinf_dptr g, sinf_dptr w, int n) {
+	cudaSetDevice(c->device);
+	if (n <= 0) return 0;
+	gate_score_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((unsigned int *)dp(keys), (const float *)dp(g),
+	                                                          (const float *)dp(w), n);
+	return sinf_launch_rc();
+}
+
+extern "C" int sinf_gather_silu_mul(sinf_ctx *c, sinf_dptr h, sinf_dptr g, sinf_dptr rows, sinf_dptr u, int n) {
+	cudaSetDevice(c->device);
+	if (n <= 0) return 0;
+	gather_silu_mul_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((float *)dp(h), (const float *)dp(g),
+	                                                               (const int32_t *)dp(rows), (const float *)dp(u), n);
+	return sinf_launch_rc();
+}
 
 extern "C" int sinf_count_top(sinf_ctx *c, sinf_dptr counts, sinf_dptr act, int T, int kept, double alpha) {
 	cudaSetDevice(c->device);

@@ -72,8 +72,8 @@ func Flags() []cli.Flag {
 // sinf-run, bench and eval share them.
 func SparsityFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
-		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
+		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense, coreinfer or gatefirst (default: selectinfer for a sliced .sinf file, else dense)"},
+		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers (gatefirst: up and down rows; it reads every stored gate row)"},
 		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 	}
 }
