@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"path/filepath"
@@ -161,13 +160,5 @@ func (s *study) plotCurves(path, key string, cs []curve) error {
 		dy := p.Y.Max - p.Y.Min
 		p.Y.Min, p.Y.Max = p.Y.Min-0.05*dy, p.Y.Max+0.3*dy
 	}
-	wt, err := p.WriterTo(8*vg.Inch, 5*vg.Inch, strings.TrimPrefix(filepath.Ext(path), "."))
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return WriteAtomic(path, buf.Bytes())
+	return savePlot(p, path, 8*vg.Inch, 5*vg.Inch)
 }

@@ -346,7 +346,13 @@ func (s *study) plot(group, path, xlabel, title, key string, pts []sweepPoint) e
 	}
 	p.Y.Max += 0.15 * (p.Y.Max - p.Y.Min) // room for the legend
 	p.Legend.Top = true
-	wt, err := p.WriterTo(7*vg.Inch, 4.5*vg.Inch, strings.TrimPrefix(filepath.Ext(path), "."))
+	return savePlot(p, path, 7*vg.Inch, 4.5*vg.Inch)
+}
+
+// savePlot writes p to path (atomically) in the format of path's extension:
+// SVG, PNG or PDF, w × h.
+func savePlot(p *plot.Plot, path string, w, h vg.Length) error {
+	wt, err := p.WriterTo(w, h, strings.TrimPrefix(filepath.Ext(path), "."))
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

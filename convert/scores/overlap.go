@@ -216,43 +216,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 	layers := len(r.AllPerLayer)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Neuron overlap of the top %s of neurons per layer: |A∩B|/|A|, mean over %d layers\n\n", percent(r.Frac), layers)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "\t")
-	for _, l := range r.Labels {
-		fmt.Fprintf(tw, "%s\t", l)
-	}
-	fmt.Fprintln(tw)
-	for i, l := range r.Labels {
-		fmt.Fprintf(tw, "%s\t", l)
-		for j := range r.Labels {
-			fmt.Fprintf(tw, "%.4f\t", r.Pairwise[i][j])
-		}
-		fmt.Fprintln(tw)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := r.writeMatrix(&b, r.Pairwise); err != nil {
 		return err
 	}
 	fmt.Fprintf(&b, "(random sets of this size: %.4f)\n\nIntersection over union |A∩B|/|A∪B|, mean over %d layers\n\n", r.Chance, layers)
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "\t")
-	for _, l := range r.Labels {
-		fmt.Fprintf(tw, "%s\t", l)
-	}
-	fmt.Fprintln(tw)
-	for i, l := range r.Labels {
-		fmt.Fprintf(tw, "%s\t", l)
-		for j := range r.Labels {
-			fmt.Fprintf(tw, "%.4f\t", r.PairwiseIoU[i][j])
-		}
-		fmt.Fprintln(tw)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := r.writeMatrix(&b, r.PairwiseIoU); err != nil {
 		return err
 	}
 	fmt.Fprintf(&b, "(random sets of this size: %.4f, ratio of expectations)\n", r.ChanceIoU)
 	fmt.Fprintf(&b, "\nAll %d files: |A∩B∩…|/|A| %.4f (random %.4f), IoU %.4f (random %.4f)\n\nPer layer (|A∩B|/|A|):\n\n",
 		len(r.Labels), r.All, r.ChanceAll, r.AllIoU, r.ChanceAllIoU)
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ps := r.pairs()
 	fmt.Fprint(tw, "layer\t")
 	for _, p := range ps {
@@ -271,6 +245,24 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeMatrix writes a labelled square matrix of pairwise figures.
+func (r *Report) writeMatrix(w io.Writer, m [][]float64) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "\t")
+	for _, l := range r.Labels {
+		fmt.Fprintf(tw, "%s\t", l)
+	}
+	fmt.Fprintln(tw)
+	for i, l := range r.Labels {
+		fmt.Fprintf(tw, "%s\t", l)
+		for j := range r.Labels {
+			fmt.Fprintf(tw, "%.4f\t", m[i][j])
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
 }
 
 func percent(frac float64) string {
