@@ -53,10 +53,10 @@ func (s *study) curves() []curve {
 	}
 	return []curve{
 		{"Dense", color.RGBA{R: 200, G: 60, B: 60, A: 255}, pick(group(GroupTable, "dense/"))},
-		{"γ-Dense (over γ)", color.RGBA{R: 120, G: 120, B: 120, A: 255}, pick(group(GroupCurves, "gamma-dense-"))},
-		{fmt.Sprintf("SelectInfer (over φ, γ=%g)", s.opt.Gamma), color.RGBA{R: 68, G: 114, B: 196, A: 255}, pick(group(GroupPhi, ""))},
-		{"CoreInfer (over φ, full file)", color.RGBA{R: 237, G: 125, B: 49, A: 255}, pick(group(GroupCurves, "coreinfer-"))},
-		{fmt.Sprintf("GateFirst (over φ, γ=%g)", s.opt.Gamma), color.RGBA{R: 84, G: 160, B: 70, A: 255}, pick(group(GroupCurves, "gatefirst-"))},
+		{"γ-Dense", color.RGBA{R: 120, G: 120, B: 120, A: 255}, pick(group(GroupCurves, "gamma-dense-"))},
+		{"SelectInfer", color.RGBA{R: 68, G: 114, B: 196, A: 255}, pick(group(GroupPhi, ""))},
+		{"CoreInfer", color.RGBA{R: 237, G: 125, B: 49, A: 255}, pick(group(GroupCurves, "coreinfer-"))},
+		{"GateFirst", color.RGBA{R: 84, G: 160, B: 70, A: 255}, pick(group(GroupCurves, "gatefirst-"))},
 	}
 }
 
@@ -111,7 +111,8 @@ func (s *study) writeCurves(b *strings.Builder) error {
 // path's extension.
 func (s *study) plotCurves(path, key string, cs []curve) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s vs FFN bytes per decoded token (%s)", key, s.opt.SweepTask)
+	p.Title.Text = fmt.Sprintf("%s vs FFN bytes per decoded token (%s)\nγ-Dense over γ; SelectInfer, GateFirst over φ (γ=%g); CoreInfer over φ (γ=1)",
+		key, s.opt.SweepTask, s.opt.Gamma)
 	p.X.Label.Text = "FFN weight bytes read per decoded token (MiB)"
 	p.Y.Label.Text = key
 	if key == "perplexity" {
@@ -143,22 +144,24 @@ func (s *study) plotCurves(path, key string, cs []curve) error {
 			points.Shape, points.Radius = draw.PyramidGlyph{}, vg.Points(5)
 		}
 		p.Add(line, points)
-		p.Legend.Add(c.label, line, points)
+		// En spaces keep a renderer's wider font off the thumbnails.
+		p.Legend.Add(c.label+"\u2002\u2002", line, points)
 		drawn++
 	}
 	if drawn == 0 {
 		s.logf("no finished run for %s: not drawn", path)
 		return nil
 	}
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs = vg.Points(8)
 	// Margins so that no point sits on the frame, and room for the legend.
 	dx := 0.04 * (p.X.Max - p.X.Min)
 	p.X.Min, p.X.Max = p.X.Min-dx, p.X.Max+dx
 	if key == "perplexity" {
-		p.Y.Min, p.Y.Max = p.Y.Min/1.3, p.Y.Max*3
+		p.Y.Min, p.Y.Max = p.Y.Min/1.3, p.Y.Max*12
 	} else {
 		dy := p.Y.Max - p.Y.Min
-		p.Y.Min, p.Y.Max = p.Y.Min-0.05*dy, p.Y.Max+0.3*dy
+		p.Y.Min, p.Y.Max = p.Y.Min-0.05*dy, p.Y.Max+0.6*dy
 	}
 	return savePlot(p, path, 8*vg.Inch, 5*vg.Inch)
 }
