@@ -21,8 +21,8 @@ import (
 	"github.com/selectinfer/sinf/runtime"
 )
 
-// ToolVersion is recorded in the files sinf writes.
-const ToolVersion = "sinf 0.1.0"
+// ToolVersion is recorded in the files sinf writes (format.ToolVersion).
+const ToolVersion = format.ToolVersion
 
 // Options configures Convert. Defaults are the paper's Table 1.
 type Options struct {

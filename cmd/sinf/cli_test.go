@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
@@ -218,4 +219,29 @@ func TestMissingDataHint(t *testing.T) {
 	require.ErrorContains(t, err, "squad_v2/dev-sample.json: no such file or directory (testdata/data has only tinystories, wikitext2 and xsum")
 	_, err = run(t, "eval", "--model", model, "--task", "piqa", "--data-dir", data)
 	require.ErrorContains(t, err, "piqa/valid.jsonl: no such file or directory (testdata/data has only")
+}
+
+// TestUsageErrors: an unknown flag, a bad value or a missing required flag is
+// one error naming the flag, with nothing on stdout (a --json pipe stays
+// clean); --version prints the version the files record.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--bogus", "--json"}, "unknown flag --bogus (sinf run --help lists the flags)"},
+		{[]string{"run", "--model", "m", "--max-tokens", "x"}, `invalid value "x" for flag --max-tokens: not a number (sinf run --help lists the flags)`},
+		{[]string{"run", "--prompt", "hi", "--json"}, "--model is required (sinf run --help lists the flags)"},
+		{[]string{"convert", "--random"}, "--model and --out are required (sinf convert --help lists the flags)"},
+		{[]string{"--bogus"}, "unknown flag --bogus (sinf --help lists the flags)"},
+		{[]string{"eval", "--model"}, "flag needs a value: --model (sinf eval --help lists the flags)"},
+	} {
+		out, err := run(t, c.args...)
+		require.EqualError(t, err, c.want, "%v", c.args)
+		require.Empty(t, out, "%v", c.args)
+	}
+	out, err := run(t, "--version")
+	require.NoError(t, err)
+	require.Equal(t, "sinf 0.1.0 (.sinf format version 1)\n", out)
+	require.Equal(t, "sinf 0.1.0", format.ToolVersion)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/format"
 )
 
@@ -35,7 +36,7 @@ func main() {
 
 // newApp builds the command tree (tests run it in-process).
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "sinf",
 		Usage: "turn HuggingFace LLM checkpoints into pre-sliced sparse checkpoints (.sinf) and run them",
 		Commands: []*cli.Command{
@@ -54,6 +55,8 @@ func newApp() *cli.App {
 		},
 		HideHelpCommand: true,
 	}
+	runcmd.Strict(app)
+	return app
 }
 
 // showProgress reports whether a command draws progress bars: not with
@@ -69,14 +72,6 @@ func showProgress(c *cli.Context) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// plural returns "1 file", "2 files".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // dataHint adds to a missing data file's error where the data is: the

@@ -187,7 +187,7 @@ func mergeCommand() *cli.Command {
 				if err := scores.Write(out, merged); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, tasks %v, %d input + %d generated tokens\n", out, plural(len(ins), "file"), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
+				fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, tasks %v, %d input + %d generated tokens\n", out, runcmd.Plural(len(ins), "file"), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
 			} else if c.Int("print-top") == 0 {
 				return errors.New("give --out FILE or --print-top K")
 			}

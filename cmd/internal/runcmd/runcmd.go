@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -91,6 +92,23 @@ type Report struct {
 	ComputedNeurons   []int      `json:"computed_neurons"`
 	MappedBytes       int64      `json:"mapped_bytes"`
 	Device            DeviceInfo `json:"device"`
+	// FinishReason says why generation stopped: "eos" (the model emitted
+	// an end-of-sequence id, kept in ids), "length" (--max-tokens) or
+	// "context" (the KV cache was full: raise --context).
+	FinishReason string `json:"finish_reason"`
+}
+
+// finishReason derives Report.FinishReason from a generation's result, as
+// Session.Generate stops: EOS first, then the token limit, else the end of
+// the context.
+func finishReason(res runtime.Result, eos []int, maxTokens int) string {
+	switch {
+	case len(res.IDs) > 0 && slices.Contains(eos, res.IDs[len(res.IDs)-1]):
+		return "eos"
+	case len(res.IDs) >= maxTokens:
+		return "length"
+	}
+	return "context"
 }
 
 // DeviceInfo says where a run computed: "cpu" with its threads, or "cuda"
@@ -212,16 +230,27 @@ func Action(open Opener) cli.ActionFunc {
 		rep := Report{PromptIDs: res.PromptIDs, IDs: res.IDs, Text: text.String(),
 			PrefillTokensPerS: res.PrefillTokensPerS, DecodeTokensPerS: res.DecodeTokensPerS,
 			PeakRSSBytes: runtime.PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
-			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info}
+			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info,
+			FinishReason: finishReason(res, eos, opt.MaxTokens)}
+
 		if rep.IDs == nil {
 			rep.IDs = []int{}
 		}
 		if asJSON {
-			return json.NewEncoder(c.App.Writer).Encode(rep)
+			if err := json.NewEncoder(c.App.Writer).Encode(rep); err != nil {
+				return err
+			}
+		} else {
+			out.WriteString(rest + "\n")
+			out.Flush()
 		}
-		out.WriteString(rest + "\n")
-		out.Flush()
-		Summary(c.App.ErrWriter, l, rep)
+		if rep.FinishReason == "context" {
+			fmt.Fprintf(c.App.ErrWriter, "note: generation stopped at the end of the context (%d positions) after %s; raise --context for more\n",
+				s.Context(), Plural(len(res.IDs), "token"))
+		}
+		if !asJSON {
+			Summary(c.App.ErrWriter, l, rep)
+		}
 		return nil
 	}
 }
@@ -341,3 +370,11 @@ func CheckThreads(c *cli.Context) error {
 
 // ThreadsUsage is the --threads flag's usage text: what 0 means.
 const ThreadsUsage = "kernel threads (0: the physical cores this process may use, within its CPU affinity and cgroup quota)"
+
+// Plural returns "1 token", "2 tokens".
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -58,6 +58,16 @@ func TestJSONReport(t *testing.T) {
 	for _, key := range []string{"prompt_ids", "ids", "text", "prefill_tokens_per_s", "decode_tokens_per_s", "peak_rss_bytes", "loaded_neurons", "computed_neurons", "mapped_bytes"} {
 		require.Contains(t, out, `"`+key+`"`)
 	}
+	require.Equal(t, "length", r.FinishReason)
+	// A context of 8 positions holds the 6 prompt tokens and the first 2
+	// generated ones; the third is sampled from the last position, never
+	// fed. Generation stops there, and says so.
+	out, stderr, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "8", "--json", "--context", "8")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "context", r.FinishReason)
+	require.Len(t, r.IDs, 3)
+	require.Equal(t, "note: generation stopped at the end of the context (8 positions) after 3 tokens; raise --context for more\n", stderr)
 	// Dense mode computes every loaded neuron.
 	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json", "--mode", "dense")
 	require.NoError(t, err)
