@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
 	"github.com/selectinfer/sinf/runtime/kernels"
@@ -211,14 +212,35 @@ func TestThreadsLimits(t *testing.T) {
 }
 
 // TestMissingDataHint: a built-in task whose data is not in the folder names
-// the file and says where the data is.
+// the file and the folder (absolute) and says how to point at the data;
+// eval refuses a prompt file, which has no references to score; the help's
+// --data-dir default is the rule, whatever the current folder.
 func TestMissingDataHint(t *testing.T) {
 	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
 	data := filepath.Join("..", "..", "testdata", "data")
-	_, err := run(t, "profile", "--quiet", "--model", model, "--dataset", "squad_v2", "--data-dir", data, "--out", filepath.Join(t.TempDir(), "x.scores"))
-	require.ErrorContains(t, err, "squad_v2/dev-sample.json: no such file or directory (testdata/data has only tinystories, wikitext2 and xsum")
+	abs, err := filepath.Abs(data)
+	require.NoError(t, err)
+	hint := " (data folder " + abs + ": give --data-dir, or set $SINF_DATA to, a folder with the full data, such as the shared data beside a checkout; " +
+		"the repository's testdata/data holds only tinystories, wikitext2 and xsum)"
+	_, err = run(t, "profile", "--quiet", "--model", model, "--dataset", "squad_v2", "--data-dir", data, "--out", filepath.Join(t.TempDir(), "x.scores"))
+	require.EqualError(t, err, "dataset squad_v2: data file: stat "+filepath.Join(data, "squad_v2", "dev-sample.json")+": no such file or directory"+hint)
 	_, err = run(t, "eval", "--model", model, "--task", "piqa", "--data-dir", data)
-	require.ErrorContains(t, err, "piqa/valid.jsonl: no such file or directory (testdata/data has only")
+	require.EqualError(t, err, "dataset piqa: data file: stat "+filepath.Join(data, "piqa", "valid.jsonl")+": no such file or directory"+hint)
+	t.Setenv("SINF_DATA", data)
+	_, err = run(t, "eval", "--model", model, "--task", "piqa")
+	require.EqualError(t, err, "dataset piqa: data file: stat "+filepath.Join(data, "piqa", "valid.jsonl")+": no such file or directory"+hint)
+
+	names := strings.Join(dataset.Names(), ", ")
+	_, err = run(t, "eval", "--model", model, "--task", "my.jsonl")
+	require.EqualError(t, err, "--task my.jsonl: eval scores a built-in task against its references ("+names+"); a prompt file is for sinf profile --dataset")
+	_, err = run(t, "eval", "--model", model, "--task", "nosuch")
+	require.EqualError(t, err, `--task "nosuch": unknown task (built-in: `+names+")")
+
+	for _, cmd := range []string{"eval", "profile", "study"} {
+		out, err := run(t, cmd, "--help")
+		require.NoError(t, err)
+		require.Contains(t, out, "folder of the built-in datasets' files (default: $SINF_DATA, else ../shared/data or testdata/data, the first that exists under the current folder)", cmd)
+	}
 }
 
 // TestUsageErrors: an unknown flag, a bad value or a missing required flag is

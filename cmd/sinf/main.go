@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -74,11 +75,15 @@ func showProgress(c *cli.Context) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// dataHint adds to a missing data file's error where the data is: the
-// repository ships samples of only three built-in tasks.
-func dataHint(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w (testdata/data has only tinystories, wikitext2 and xsum; give --data-dir a full copy, such as ../shared/data)", err)
+// dataHint adds to a missing data file's error where the data was looked
+// for and where it is: the repository ships samples of only three built-in
+// tasks.
+func dataHint(err error, dir string) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
-	return err
+	if abs, aerr := filepath.Abs(dir); aerr == nil {
+		dir = abs
+	}
+	return fmt.Errorf("%w (data folder %s: give --data-dir, or set $SINF_DATA to, a folder with the full data, such as the shared data beside a checkout; the repository's testdata/data holds only tinystories, wikitext2 and xsum)", err, dir)
 }

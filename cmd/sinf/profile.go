@@ -20,10 +20,22 @@ import (
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
-// defaultDataDir is where built-in datasets are read from: $SINF_DATA, else
-// the first of testdata/data (the samples shipped in the repository) and
-// ../shared/data that exists.
-func defaultDataDir() string {
+// dataDirFlag is --data-dir of profile, eval and study. Its default is
+// resolved when the command runs (dataDir), so the help shows the rule, not
+// the folder the help happened to be printed in.
+func dataDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "data-dir", Usage: "folder of the built-in datasets' files",
+		DefaultText: "$SINF_DATA, else ../shared/data or testdata/data, the first that exists under the current folder"}
+}
+
+// dataDir returns --data-dir, else $SINF_DATA, else the first of
+// ../shared/data (the full data, beside a checkout) and testdata/data (the
+// samples shipped in the repository) that exists under the current folder,
+// else testdata/data.
+func dataDir(c *cli.Context) string {
+	if d := c.String("data-dir"); d != "" {
+		return d
+	}
 	if d := os.Getenv("SINF_DATA"); d != "" {
 		return d
 	}
@@ -50,7 +62,7 @@ func profileCommand() *cli.Command {
 			&cli.StringFlag{Name: "shard", Usage: "I/N: profile every N-th prompt starting at I (for job arrays)"},
 			&cli.IntFlag{Name: "batch", Value: 1, Usage: "prompts profiled at once"},
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads per prompt in flight (0: the physical cores this process may use / --batch)"},
-			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
+			dataDirFlag(),
 			&cli.StringFlag{Name: "out", Required: true, Usage: "score file to write (safetensors)"},
 			&cli.IntFlag{Name: "chunk-size", Usage: "also write one score file per K consecutive prompts (OUT.chunkNNN) for the within-task analysis"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
@@ -96,9 +108,9 @@ func profileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			task, examples, err := dataset.Load(c.String("dataset"), c.String("data-dir"), c.Int("limit"))
+			task, examples, err := dataset.Load(c.String("dataset"), dataDir(c), c.Int("limit"))
 			if err != nil {
-				return dataHint(err)
+				return dataHint(err, dataDir(c))
 			}
 			if examples, err = dataset.Shard(examples, si, sn); err != nil {
 				return fmt.Errorf("--shard: %w", err)
