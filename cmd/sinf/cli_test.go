@@ -267,3 +267,38 @@ func TestUsageErrors(t *testing.T) {
 	require.Equal(t, "sinf 0.1.0 (.sinf format version 1)\n", out)
 	require.Equal(t, "sinf 0.1.0", format.ToolVersion)
 }
+
+// TestFlagValidation: every command refuses a flag out of range, or one that
+// other flags would make it ignore, with the same form of message and before
+// it reads the model.
+func TestFlagValidation(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	out := filepath.Join(t.TempDir(), "x.sinf")
+	conv := []string{"convert", "--model", model, "--first-layer", "0", "--last-layer", "2", "--out", out}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "--model", "x", "--task", "tinystories", "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
+		{[]string{"eval", "--model", "x", "--task", "wikitext2", "--stride", "-1"}, "--stride -1: want ≥ 0 (0: the window less the BOS)"},
+		{[]string{"eval", "--model", "x", "--task", "wikitext2", "--window", "-2"}, "--window -2: want ≥ 0 (0: min(context, 256))"},
+		{[]string{"eval", "--model", "x", "--task", "tinystories", "--context", "-1"}, "--context -1: want ≥ 0 (0: the model's max_position_embeddings)"},
+		{[]string{"profile", "--model", "x", "--dataset", "tinystories", "--out", out, "--chunk-size", "-1"}, "--chunk-size -1: want ≥ 0 (0: no chunk files)"},
+		{[]string{"profile", "--model", "x", "--dataset", "tinystories", "--out", out, "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
+		{[]string{"merge", "--print-top", "-1", "a.scores"}, "--print-top -1: want ≥ 0 (0: print nothing)"},
+		{[]string{"study", "--model", "x", "--task-scores", "a", "--model-scores", "b", "--out", out, "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
+		{[]string{"run", "--model", model, "--prompt", "Once", "--context", "513"}, "--context 513: above the model's max_position_embeddings 512"},
+		{[]string{"eval", "--model", model, "--task", "tinystories", "--data-dir", "../../testdata/data", "--context", "513"}, "--context 513: above the model's max_position_embeddings 512"},
+		{[]string{"run", "--model", model, "--prompt", "Once", "--verify"}, "--verify checks the checksums of a .sinf file; " + model + " is an HF checkpoint folder, which stores none"},
+		{append(conv, "--seed", "3", "--task-scores", "a", "--model-scores", "b"), "--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed"},
+		{append(conv, "--random", "--task-scores", "a"), "--random keeps random neurons and reads no scores: give --random or --task-scores/--model-scores, not both"},
+		{append(conv, "--random", "--gamma", "0.5", "--memory-budget", "1MiB"), "--memory-budget chooses gamma: give --gamma or --memory-budget, not both"},
+		{append(conv, "--random", "--context", "512"), "--context is the context --memory-budget sizes the KV cache for: add --memory-budget or drop --context"},
+		{append(conv, "--random", "--memory-budget", "1MiB", "--context", "0"), "--context 0: want ≥ 1, the KV cache positions the budget holds"},
+	} {
+		_, err := run(t, c.args...)
+		require.EqualError(t, err, c.want, "%v", c.args)
+	}
+	_, err := os.Stat(out)
+	require.True(t, os.IsNotExist(err), "%s was written", out)
+}

@@ -35,6 +35,11 @@ func evalCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		}...),
 		Action: func(c *cli.Context) error {
+			if err := checkInts(c, intFlag{"limit", 0, "0: all"}, intFlag{"context", 0, runcmd.ContextZero},
+				intFlag{"max-new-tokens", 0, "0: the task's default"}, intFlag{"window", 0, "0: min(context, 256)"},
+				intFlag{"stride", 0, "0: the window less the BOS"}); err != nil {
+				return err
+			}
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
@@ -47,6 +52,9 @@ func evalCommand() *cli.Command {
 				return err
 			}
 			defer l.Close()
+			if err := runcmd.CheckContext(c, l.Model); err != nil {
+				return err
+			}
 			sp, err := runcmd.Sparsity(c, l.Model)
 			if err != nil {
 				return err

@@ -87,3 +87,26 @@ func dataHint(err error, dir string) error {
 	}
 	return fmt.Errorf("%w (data folder %s: give --data-dir, or set $SINF_DATA to, a folder with the full data, such as the shared data beside a checkout; the repository's testdata/data holds only tinystories, wikitext2 and xsum)", err, dir)
 }
+
+// intFlag is an integer flag's lower bound and what its smallest value
+// means, for checkInts.
+type intFlag struct {
+	name  string
+	min   int
+	means string // "" or, e.g., "0: all"
+}
+
+// checkInts refuses an integer flag below its bound before the command
+// reads anything, in one form for every command: "--limit -1: want ≥ 0
+// (0: all)".
+func checkInts(c *cli.Context, flags ...intFlag) error {
+	for _, f := range flags {
+		if v := c.Int(f.name); v < f.min {
+			if f.means != "" {
+				return fmt.Errorf("--%s %d: want ≥ %d (%s)", f.name, v, f.min, f.means)
+			}
+			return fmt.Errorf("--%s %d: want ≥ %d", f.name, v, f.min)
+		}
+	}
+	return nil
+}

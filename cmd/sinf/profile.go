@@ -68,13 +68,9 @@ func profileCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		},
 		Action: func(c *cli.Context) error {
-			switch {
-			case c.Int("limit") < 0:
-				return fmt.Errorf("--limit %d: want ≥ 0 (0: all prompts)", c.Int("limit"))
-			case c.Int("batch") < 1:
-				return fmt.Errorf("--batch %d: want ≥ 1", c.Int("batch"))
-			case c.Int("max-new-tokens") < 0:
-				return fmt.Errorf("--max-new-tokens %d: want ≥ 0", c.Int("max-new-tokens"))
+			if err := checkInts(c, intFlag{"limit", 0, "0: all"}, intFlag{"batch", 1, ""}, intFlag{"max-new-tokens", 0, ""},
+				intFlag{"chunk-size", 0, "0: no chunk files"}); err != nil {
+				return err
 			}
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
@@ -183,6 +179,9 @@ func mergeCommand() *cli.Command {
 			&cli.IntFlag{Name: "print-top", Usage: "print the top K neurons of each layer"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := checkInts(c, intFlag{"print-top", 0, "0: print nothing"}); err != nil {
+				return err
+			}
 			ins := c.Args().Slice()
 			if len(ins) == 0 {
 				return errors.New("give score files to merge")

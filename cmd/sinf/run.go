@@ -31,6 +31,9 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 	if !fi.IsDir() {
 		return runcmd.OpenSinf(path, verify)
 	}
+	if verify {
+		return nil, fmt.Errorf("--verify checks the checksums of a .sinf file; %s is an HF checkpoint folder, which stores none", path)
+	}
 	ck, m, tok, err := hf.LoadModel(path)
 	if err != nil {
 		return nil, err

@@ -61,6 +61,9 @@ func studyCommand() *cli.Command {
 			if len(tasks) == 0 {
 				return errors.New("--tasks: give at least one task")
 			}
+			if err := checkInts(c, intFlag{"limit", 0, "0: all"}, intFlag{"context", 0, runcmd.ContextZero}); err != nil {
+				return err
+			}
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}

@@ -183,6 +183,9 @@ func Action(open Opener) cli.ActionFunc {
 			return err
 		}
 		defer l.Close()
+		if err := CheckContext(c, l.Model); err != nil {
+			return err
+		}
 		sp, err := Sparsity(c, l.Model)
 		if err != nil {
 			return err
@@ -278,6 +281,19 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	return sp, nil
 }
 
+// ContextZero says what --context 0 means in run, sinf-run, eval and study.
+const ContextZero = "0: the model's max_position_embeddings"
+
+// CheckContext refuses a --context above the model's max_position_embeddings
+// (positions the model was not trained for; the session would otherwise
+// clamp it without a word).
+func CheckContext(c *cli.Context, m *runtime.Model) error {
+	if n, most := c.Int("context"), m.Config.MaxPositions; n > most {
+		return fmt.Errorf("--context %d: above the model's max_position_embeddings %d", n, most)
+	}
+	return nil
+}
+
 // checkFlags rejects out-of-range sampling and resource flags.
 func checkFlags(c *cli.Context) error {
 	if err := CheckThreads(c); err != nil {
@@ -287,7 +303,7 @@ func checkFlags(c *cli.Context) error {
 	case c.Int("max-tokens") < 0:
 		return fmt.Errorf("--max-tokens %d: want ≥ 0", c.Int("max-tokens"))
 	case c.Int("context") < 0:
-		return fmt.Errorf("--context %d: want ≥ 0 (0: the model's max_position_embeddings)", c.Int("context"))
+		return fmt.Errorf("--context %d: want ≥ 0 (%s)", c.Int("context"), ContextZero)
 	case !(c.Float64("temperature") >= 0):
 		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", c.Float64("temperature"))
 	case c.Int("top-k") < 0:
