@@ -120,8 +120,9 @@ func ChooseGamma(ck *hf.Checkpoint, opt Options, budget int64, context int) (Pla
 		}
 		smallest = p
 	}
-	return Plan{}, fmt.Errorf("memory budget %d bytes is too small: even gamma %.2f needs %d bytes (file %d + KV cache %d + runtime %d); lower --context or --delta",
-		budget, smallest.Gamma, smallest.Total(), smallest.FileBytes, smallest.KVBytes, smallest.RuntimeBytes)
+	h := runtime.HumanBytes
+	return Plan{}, fmt.Errorf("memory budget %s is too small: even gamma %.2f needs %s (file %s + KV cache %s + runtime %s); lower --context or --delta",
+		h(budget), smallest.Gamma, h(smallest.Total()), h(smallest.FileBytes), h(smallest.KVBytes), h(smallest.RuntimeBytes))
 }
 
 // storedBytes is the size of tensor t once converted with opt (StoredDType).

@@ -302,3 +302,35 @@ func TestFlagValidation(t *testing.T) {
 	_, err := os.Stat(out)
 	require.True(t, os.IsNotExist(err), "%s was written", out)
 }
+
+// TestWrongKindOfInput: a .sinf file where a score file or an HF folder is
+// expected, and an HF folder where a .sinf file is expected, are named as
+// such, with the command to use; a budget too small is given in binary units.
+func TestWrongKindOfInput(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "x.sinf")
+	_, err := run(t, "convert", "--quiet", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--out", file)
+	require.NoError(t, err)
+	notScores := file + ": not a score file: it is a .sinf model file (score files come from sinf profile and sinf merge)"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"merge", "--out", filepath.Join(dir, "m.scores"), file}, notScores},
+		{[]string{"overlap", file, file}, notScores},
+		{[]string{"convert", "--model", model, "--task-scores", file, "--model-scores", file, "--first-layer", "0", "--last-layer", "2", "--out", filepath.Join(dir, "y.sinf")}, notScores},
+		{[]string{"convert", "--model", file, "--random", "--out", filepath.Join(dir, "y.sinf")},
+			"--model " + file + " is a .sinf file: sinf convert reads the HF checkpoint folder (config.json, *.safetensors, tokenizer.json) it was made from; sinf run, eval and bench take .sinf files"},
+		{[]string{"profile", "--model", file, "--dataset", "tinystories", "--out", filepath.Join(dir, "p.scores")},
+			"--model " + file + " is a .sinf file: sinf profile reads the HF checkpoint folder (config.json, *.safetensors, tokenizer.json) it was made from; sinf run, eval and bench take .sinf files"},
+		{[]string{"profile", "--model", filepath.Join(model, "config.json"), "--dataset", "tinystories", "--out", filepath.Join(dir, "p.scores")},
+			"--model " + filepath.Join(model, "config.json") + " is a file: sinf profile reads an HF checkpoint folder (config.json, *.safetensors, tokenizer.json)"},
+	} {
+		_, err := run(t, c.args...)
+		require.EqualError(t, err, c.want, "%v", c.args)
+	}
+	_, err = run(t, "convert", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--memory-budget", "1KiB", "--out", filepath.Join(dir, "y.sinf"))
+	require.Error(t, err)
+	require.Regexp(t, `^memory budget 1\.0 KiB is too small: even gamma 0\.30 needs [\d.]+ MiB \(file [\d.]+ MiB \+ KV cache [\d.]+ KiB \+ runtime [\d.]+ MiB\); lower --context or --delta$`, err.Error())
+}

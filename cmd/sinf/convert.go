@@ -45,6 +45,9 @@ func convertCommand() *cli.Command {
 			if err := checkConvertFlags(c); err != nil {
 				return err
 			}
+			if err := checkHFDir("convert", c.String("model")); err != nil {
+				return err
+			}
 			ck, err := hf.Open(c.String("model"))
 			if err != nil {
 				return err

@@ -75,6 +75,9 @@ func profileCommand() *cli.Command {
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
+			if err := checkHFDir("profile", c.String("model")); err != nil {
+				return err
+			}
 			if fo, err := os.Stat(c.String("out")); err == nil {
 				entries, _ := os.ReadDir(c.String("model"))
 				for _, e := range entries {

@@ -67,6 +67,9 @@ func studyCommand() *cli.Command {
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
+			if err := checkHFDir("study", c.String("model")); err != nil {
+				return err
+			}
 			opt := eval.StudyOptions{
 				Model: c.String("model"), TaskScores: c.String("task-scores"), ModelScores: c.String("model-scores"),
 				Tasks: tasks, Limit: c.Int("limit"), DataDir: dataDir(c), Out: c.String("out"),

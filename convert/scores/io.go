@@ -140,6 +140,9 @@ func writeAtomic(path string, write func(io.Writer) error) (err error) {
 // malformed metadata value, a missing, extra, non-F64 or wrong-shaped score
 // tensor, layers inconsistent with the tensors.
 func Read(path string) (*File, error) {
+	if format.IsSinf(path) { // before reading what may be gigabytes; its first bytes as a header length say "header too large"
+		return nil, fmt.Errorf("%s: %w: it is a .sinf model file (score files come from sinf profile and sinf merge)", path, ErrNotScoreFile)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

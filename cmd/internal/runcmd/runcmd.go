@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -40,6 +41,12 @@ type Opener func(path string, verify bool) (*Loaded, error)
 // OpenSinf maps a .sinf file, optionally verifies every checksum, and builds
 // the model and its embedded tokenizer.
 func OpenSinf(path string, verify bool) (*Loaded, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		if _, err := os.Stat(filepath.Join(path, "config.json")); err == nil {
+			return nil, fmt.Errorf("%s is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run", path)
+		}
+		return nil, fmt.Errorf("%s is a folder: this takes a .sinf file", path)
+	}
 	m, tok, f, err := runtime.Open(path, verify)
 	if err != nil {
 		return nil, err

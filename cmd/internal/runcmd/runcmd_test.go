@@ -114,6 +114,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--model", newer}, "version"},
 		{[]string{"--model", corrupt, "--verify"}, "model.layers.1.mlp.up_proj.weight"},
 		{[]string{"--model", filepath.Join(t.TempDir(), "missing.sinf")}, "missing.sinf"},
+		{[]string{"--model", sharedtest.Path(t, "models", "tinystories-656k")}, sharedtest.Path(t, "models", "tinystories-656k") +
+			" is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run"},
+		{[]string{"--model", t.TempDir()}, "is a folder: this takes a .sinf file"},
 	} {
 		args := append([]string{"--model", file, "--prompt", "Once upon a time", "--max-tokens", "2"}, c.args...)
 		_, _, err := run(args...)
