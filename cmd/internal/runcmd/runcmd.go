@@ -80,7 +80,7 @@ func Flags() []cli.Flag {
 // sinf-run, bench and eval share them.
 func SparsityFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a sliced .sinf file, else dense)"},
+		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense or coreinfer (default: selectinfer for a .sinf file that drops neurons, else dense)"},
 		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers"},
 		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 	}
@@ -266,16 +266,26 @@ func Action(open Opener) cli.ActionFunc {
 }
 
 // Sparsity reads --mode, --phi and --alpha and validates them against m.
+// Without --mode, a model with a sliced layer that drops neurons runs
+// selectinfer; any other runs dense, and a file whose sliced layers keep
+// every neuron (γ = 1, the dense baseline) says so on the error stream.
 func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	sp := runtime.Sparsity{Phi: c.Float64("phi"), Alpha: c.Float64("alpha")}
 	mode := c.String("mode")
 	if mode == "" {
 		mode = "dense"
+		sliced := false
 		for i := range m.Layers {
-			if m.Layers[i].MLP.Sliced {
-				mode = "selectinfer"
-				break
+			if f := &m.Layers[i].MLP; f.Sliced {
+				sliced = true
+				if f.Kept() < m.Config.Intermediate {
+					mode = "selectinfer"
+					break
+				}
 			}
+		}
+		if sliced && mode == "dense" {
+			fmt.Fprintln(c.App.ErrWriter, "note: the file keeps every FFN neuron of its sliced layers (gamma 1), so it runs dense; give --mode selectinfer or coreinfer for sparse decode")
 		}
 	}
 	var err error

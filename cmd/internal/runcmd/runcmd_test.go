@@ -124,3 +124,29 @@ func TestBadInput(t *testing.T) {
 		require.Contains(t, err.Error(), c.want, "%v", c.args)
 	}
 }
+
+// TestFullFileRunsDense: a γ=1 file (every neuron kept, the dense baseline)
+// runs dense unless --mode says otherwise, and says so; --mode selectinfer
+// still runs sparse decode on it.
+func TestFullFileRunsDense(t *testing.T) {
+	ck, err := hf.Open(sharedtest.Path(t, "models", "tinystories-656k"))
+	require.NoError(t, err)
+	defer ck.Close()
+	file := filepath.Join(t.TempDir(), "full.sinf")
+	_, err = convert.Convert(ck, file, convert.Options{Gamma: 1, Delta: 0.3, Random: true, Seed: 1, FirstLayer: 0, LastLayer: 2, ExplicitRange: true})
+	require.NoError(t, err)
+	out, stderr, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json")
+	require.NoError(t, err)
+	var r runcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "dense", r.Mode)
+	require.Equal(t, []int{384, 384}, r.ComputedNeurons)
+	require.Equal(t, "note: the file keeps every FFN neuron of its sliced layers (gamma 1), so it runs dense; give --mode selectinfer or coreinfer for sparse decode\n", stderr)
+
+	out, stderr, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json", "--mode", "selectinfer")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "selectinfer", r.Mode)
+	require.Equal(t, []int{154, 154}, r.ComputedNeurons)
+	require.Empty(t, stderr)
+}
