@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -333,4 +334,48 @@ func TestWrongKindOfInput(t *testing.T) {
 	_, err = run(t, "convert", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--memory-budget", "1KiB", "--out", filepath.Join(dir, "y.sinf"))
 	require.Error(t, err)
 	require.Regexp(t, `^memory budget 1\.0 KiB is too small: even gamma 0\.30 needs [\d.]+ MiB \(file [\d.]+ MiB \+ KV cache [\d.]+ KiB \+ runtime [\d.]+ MiB\); lower --context or --delta$`, err.Error())
+}
+
+// TestInputsCheckedFirst: score files swapped between --task-scores and
+// --model-scores, a study's scores of another model and profile's --out
+// folder are refused before any work (no file converted, no evaluation run,
+// no prompt profiled).
+func TestInputsCheckedFirst(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	other := sharedtest.Path(t, "models", "stories260k")
+	data := sharedtest.Path(t, "data")
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	for _, c := range [][]string{
+		{"--model", model, "--dataset", "tinystories", "--out", p("ts.scores")},
+		{"--model", model, "--dataset", "xsum", "--out", p("xsum.scores")},
+		{"--model", other, "--dataset", "tinystories", "--out", p("other.scores")},
+	} {
+		_, err := run(t, append([]string{"profile", "--quiet", "--data-dir", data, "--limit", "2", "--max-new-tokens", "1"}, c...)...)
+		require.NoError(t, err)
+	}
+	_, err := run(t, "merge", "--out", p("model.scores"), p("ts.scores"), p("xsum.scores"))
+	require.NoError(t, err)
+
+	_, err = run(t, "convert", "--model", model, "--task-scores", p("model.scores"), "--model-scores", p("ts.scores"),
+		"--first-layer", "0", "--last-layer", "2", "--out", p("x.sinf"))
+	require.EqualError(t, err, p("model.scores")+": task scores merged across 2 tasks (tinystories, xsum): the task ranking is one task's profiles "+
+		"(sinf merge of that task's files); the model scores "+p("ts.scores")+" hold one: were --task-scores and --model-scores swapped?")
+
+	studyOut := p("study")
+	_, err = run(t, "study", "--in-process", "--model", model, "--task-scores", p("other.scores"), "--model-scores", p("model.scores"),
+		"--tasks", "tinystories", "--limit", "1", "--data-dir", data, "--first-layer", "0", "--last-layer", "2", "--no-sweeps", "--out", studyOut)
+	require.Error(t, err)
+	require.Regexp(t, "^"+regexp.QuoteMeta(p("other.scores"))+`: scores of model [0-9a-f]{64}, but \S+tinystories-656k is model [0-9a-f]{64}$`, err.Error())
+	entries, err := os.ReadDir(studyOut)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotEqual(t, ".sinf", filepath.Ext(e.Name()), "study converted %s", e.Name())
+		require.NotEqual(t, "results.json", e.Name(), "study evaluated before checking its scores")
+	}
+
+	_, err = run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "tinystories", "--out", dir)
+	require.EqualError(t, err, "--out "+dir+" is a folder; give a file name")
+	_, err = run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "tinystories", "--out", p("no/such/x.scores"))
+	require.EqualError(t, err, "--out "+p("no/such/x.scores")+": cannot create a file in "+p("no/such")+": no such file or directory")
 }

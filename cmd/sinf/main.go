@@ -110,3 +110,23 @@ func checkInts(c *cli.Context, flags ...intFlag) error {
 	}
 	return nil
 }
+
+// checkOutFile checks, before the work, that an --out file can be written:
+// the path is not a folder and a file can be created beside it (the output
+// is written to a temporary file there, then renamed).
+func checkOutFile(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--out %s is a folder; give a file name", path)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".sinf-write-check-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("--out %s: cannot create a file in %s: %w", path, dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}

@@ -93,10 +93,8 @@ func profileCommand() *cli.Command {
 					return fmt.Errorf("--shard: %w", err)
 				}
 			}
-			if d := filepath.Dir(c.String("out")); d != "" {
-				if _, err := os.Stat(d); err != nil {
-					return fmt.Errorf("--out: %w", err)
-				}
+			if err := checkOutFile(c.String("out")); err != nil {
+				return err
 			}
 			ck, m, err := hf.Load(c.String("model"))
 			if err != nil {

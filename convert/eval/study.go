@@ -544,6 +544,9 @@ func (s *study) run() (*Results, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
+	if err := s.checkScores(); err != nil {
+		return nil, err
+	}
 	todo := 0
 	for _, p := range s.plan {
 		if _, r := s.find(p.ID); !(finished(r) && r.Key == p.Key) {
@@ -623,12 +626,8 @@ func (s *study) ensure(fs fileSpec) error {
 	if s.ensured[path] {
 		return nil
 	}
-	if s.ck == nil {
-		ck, err := hf.Open(s.opt.Model)
-		if err != nil {
-			return err
-		}
-		s.ck, s.digest = ck, "sha256:"+ck.Digest()
+	if err := s.openCheckpoint(); err != nil {
+		return err
 	}
 	if _, err := os.Stat(path); err == nil {
 		why := s.check(path, fs)
@@ -663,6 +662,40 @@ func (s *study) ensure(fs fileSpec) error {
 	}
 	s.logf("converted %s (%d bytes, %.1f s)", path, rep.Bytes, time.Since(start).Seconds())
 	s.ensured[path] = true
+	return nil
+}
+
+// openCheckpoint maps the HF checkpoint once (s.ck) and digests its
+// weights (s.digest, which reused files must record).
+func (s *study) openCheckpoint() error {
+	if s.ck != nil {
+		return nil
+	}
+	ck, err := hf.Open(s.opt.Model)
+	if err != nil {
+		return err
+	}
+	s.ck, s.digest = ck, "sha256:"+ck.Digest()
+	return nil
+}
+
+// checkScores reads the score files and checks them against the model
+// (convert.CheckScores) before the first evaluation, when a slim file is
+// still to be converted; else a study whose scores belong to another model
+// would fail only after its first runs.
+func (s *study) checkScores() error {
+	for _, p := range s.plan {
+		if _, r := s.find(p.ID); finished(r) && r.Key == p.Key || p.fs.kind != FileSlim {
+			continue
+		}
+		if err := s.openCheckpoint(); err != nil {
+			return err
+		}
+		if err := s.readScores(); err != nil {
+			return err
+		}
+		return convert.CheckScores(s.ck, s.taskSc, s.modelSc, s.opt.TaskScores, s.opt.ModelScores)
+	}
 	return nil
 }
 
