@@ -25,6 +25,9 @@ import (
 type Writer struct {
 	path  string
 	tmp   *os.File
+	// release drops path's write lock (CreateTemp) once the temporary file
+	// is renamed or removed.
+	release func()
 	buf   *bufio.Writer
 	align int64
 	pos   int64 // bytes written so far: the offset of the next byte
@@ -41,7 +44,9 @@ type Writer struct {
 // succeeds. meta is validated (Metadata.Validate) and written first. align is
 // the tensor data alignment in bytes: 0 means DefaultAlignment (64);
 // otherwise a power of two in [MinAlignment, MaxWriteAlignment].
-// The temporary file is ".NAME.*.tmp" in path's folder.
+// The temporary file is ".NAME.<digits>.tmp" in path's folder, and path's
+// write lock is held until Close or the first error (CreateTemp: a second
+// writer of the same path fails with ErrBusy).
 func Create(path string, meta Metadata, align int) (*Writer, error) {
 	if align == 0 {
 		align = DefaultAlignment
@@ -53,13 +58,14 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sinf create %s: %w", path, err)
 	}
-	tmp, err := CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	tmp, release, err := CreateTemp(path)
 	if err != nil {
 		return nil, fmt.Errorf("sinf create %s: %w", path, err)
 	}
 	w := &Writer{
-		path:  path,
-		tmp:   tmp,
+		path:    path,
+		tmp:     tmp,
+		release: release,
 		buf:   bufio.NewWriterSize(tmp, 1<<20),
 		align: int64(align),
 		names: make(map[string]struct{}),
@@ -112,6 +118,7 @@ func (w *Writer) cleanup() {
 		w.tmp.Close()
 		os.Remove(name)
 		w.tmp = nil
+		w.release()
 	}
 }
 
@@ -292,8 +299,12 @@ func (w *Writer) Close() error {
 		return w.fail(fmt.Errorf("sinf write %s: %w", w.path, err))
 	}
 	w.tmp = nil
-	if err := os.Rename(name, w.path); err != nil {
+	err := os.Rename(name, w.path)
+	if err != nil {
 		os.Remove(name)
+	}
+	w.release()
+	if err != nil {
 		return w.fail(fmt.Errorf("sinf write %s: %w", w.path, err))
 	}
 	w.closed = true

@@ -379,3 +379,29 @@ func TestInputsCheckedFirst(t *testing.T) {
 	_, err = run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "tinystories", "--out", p("no/such/x.scores"))
 	require.EqualError(t, err, "--out "+p("no/such/x.scores")+": cannot create a file in "+p("no/such")+": no such file or directory")
 }
+
+// TestOneWriterPerPath: a convert to a path another writer holds fails
+// naming the lock (two converts to one path no longer both print "wrote");
+// once the holder is gone without cleaning up, as after SIGKILL, the next
+// convert removes the temporary file it left.
+func TestOneWriterPerPath(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "x.sinf")
+	tmp, release, err := format.CreateTemp(out)
+	require.NoError(t, err)
+	tmp.Close()
+	args := []string{"convert", "--quiet", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--out", out}
+	_, err = run(t, args...)
+	require.EqualError(t, err, "sinf create "+out+": another process is writing this file (it holds "+filepath.Join(dir, ".x.sinf.lock")+
+		"): wait for it to finish, or write to another path")
+	release() // the holder dies: its lock goes, its temporary file stays
+	_, err = os.Stat(tmp.Name())
+	require.NoError(t, err)
+	_, err = run(t, args...)
+	require.NoError(t, err)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, "x.sinf", entries[0].Name())
+}
