@@ -23,14 +23,14 @@ import (
 // and every later call returns the same error. A Writer is not safe for
 // concurrent use.
 type Writer struct {
-	path  string
-	tmp   *os.File
+	path string
+	tmp  *os.File
 	// release drops path's write lock (CreateTemp) once the temporary file
 	// is renamed or removed.
 	release func()
-	buf   *bufio.Writer
-	align int64
-	pos   int64 // bytes written so far: the offset of the next byte
+	buf     *bufio.Writer
+	align   int64
+	pos     int64 // bytes written so far: the offset of the next byte
 
 	hdr     Header
 	entries []TensorInfo
@@ -66,9 +66,9 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 		path:    path,
 		tmp:     tmp,
 		release: release,
-		buf:   bufio.NewWriterSize(tmp, 1<<20),
-		align: int64(align),
-		names: make(map[string]struct{}),
+		buf:     bufio.NewWriterSize(tmp, 1<<20),
+		align:   int64(align),
+		names:   make(map[string]struct{}),
 		hdr: Header{
 			Version:        Version,
 			Alignment:      uint32(align),
