@@ -100,38 +100,35 @@ type benchOptions struct {
 
 // benchReport is sinf bench's result (its --json output).
 type benchReport struct {
-	Model             string    `json:"model"`
-	Kind              string    `json:"kind"`
-	Mode              string    `json:"mode"`
-	Phi               float64   `json:"phi,omitempty"`
-	Alpha             float64   `json:"alpha,omitempty"`
-	Threads           int       `json:"threads"`
-	Busy              int       `json:"busy,omitempty"` // competing busy loops (--busy)
-	ISA               string    `json:"isa"`
-	DType             string    `json:"dtype"`         // the FFN weights' (layer 0's gate_proj)
-	LMHeadDType       string    `json:"lm_head_dtype"` // the output projection's
-	PromptTokens      int       `json:"prompt_tokens"`
-	GenTokens         int       `json:"gen_tokens"`
-	Repeat            int       `json:"repeat"`
-	PrefillTokensPerS float64   `json:"prefill_tokens_per_s"`
-	DecodeTokensPerS  float64   `json:"decode_tokens_per_s"`
-	PrefillRuns       []float64 `json:"prefill_runs"`
-	DecodeRuns        []float64 `json:"decode_runs"`
-	PeakRSSBytes      int64     `json:"peak_rss_bytes"`
-	// MemoryModel is runtime.EstimateMemory's prediction of the peak for
-	// this run in sinf-run (this desktop binary starts about 8 MiB larger).
-	MemoryModel        runtime.Memory `json:"memory_model"`
-	MappedBytes        int64          `json:"mapped_bytes"`
-	BytesPerToken      int64          `json:"bytes_per_token"`
-	AttentionBytes     int64          `json:"attention_bytes_per_token"`
-	FFNBytes           int64          `json:"ffn_bytes_per_token"`
-	LMHeadBytes        int64          `json:"lm_head_bytes_per_token"`
-	BandwidthBytesPerS float64        `json:"bandwidth_bytes_per_s"` // median of BandwidthRuns
-	BandwidthBest      float64        `json:"bandwidth_best_bytes_per_s"`
-	BandwidthRuns      []float64      `json:"bandwidth_runs"`
-	BandwidthBuffer    int            `json:"bandwidth_buffer_bytes"`
-	RooflineFraction   float64        `json:"roofline_fraction"` // against the median bandwidth
-	ComputedNeurons    []int          `json:"computed_neurons"`
+	Model              string    `json:"model"`
+	Kind               string    `json:"kind"`
+	Mode               string    `json:"mode"`
+	Phi                float64   `json:"phi,omitempty"`
+	Alpha              float64   `json:"alpha,omitempty"`
+	Threads            int       `json:"threads"`
+	Busy               int       `json:"busy,omitempty"` // competing busy loops (--busy)
+	ISA                string    `json:"isa"`
+	DType              string    `json:"dtype"`         // the FFN weights' (layer 0's gate_proj)
+	LMHeadDType        string    `json:"lm_head_dtype"` // the output projection's
+	PromptTokens       int       `json:"prompt_tokens"`
+	GenTokens          int       `json:"gen_tokens"`
+	Repeat             int       `json:"repeat"`
+	PrefillTokensPerS  float64   `json:"prefill_tokens_per_s"`
+	DecodeTokensPerS   float64   `json:"decode_tokens_per_s"`
+	PrefillRuns        []float64 `json:"prefill_runs"`
+	DecodeRuns         []float64 `json:"decode_runs"`
+	PeakRSSBytes       int64     `json:"peak_rss_bytes"`
+	MappedBytes        int64     `json:"mapped_bytes"`
+	BytesPerToken      int64     `json:"bytes_per_token"`
+	AttentionBytes     int64     `json:"attention_bytes_per_token"`
+	FFNBytes           int64     `json:"ffn_bytes_per_token"`
+	LMHeadBytes        int64     `json:"lm_head_bytes_per_token"`
+	BandwidthBytesPerS float64   `json:"bandwidth_bytes_per_s"` // median of BandwidthRuns
+	BandwidthBest      float64   `json:"bandwidth_best_bytes_per_s"`
+	BandwidthRuns      []float64 `json:"bandwidth_runs"`
+	BandwidthBuffer    int       `json:"bandwidth_buffer_bytes"`
+	RooflineFraction   float64   `json:"roofline_fraction"` // against the median bandwidth
+	ComputedNeurons    []int     `json:"computed_neurons"`
 	// Of the timed runs' kernel calls split across threads: the fraction of
 	// chunks the calling thread ran itself (1/threads when the workers keep
 	// up, near 1 when they are descheduled), and of calls whose caller slept
@@ -141,6 +138,10 @@ type benchReport struct {
 	// The mean number of threads the pool woke per call (it wakes fewer when
 	// the CPUs are oversubscribed).
 	ActiveThreads float64 `json:"active_threads,omitempty"`
+
+	// MemoryModel is runtime.EstimateMemory's prediction of the peak for
+	// this run in sinf-run (this desktop binary starts about 8 MiB larger).
+	MemoryModel runtime.Memory `json:"memory_model"`
 }
 
 // benchPrompt returns n pseudo-random token ids in [0, vocab), the same for
