@@ -23,14 +23,15 @@ import (
 // and every later call returns the same error. A Writer is not safe for
 // concurrent use.
 type Writer struct {
-	path string
-	tmp  *os.File
+	path  string
+	tmp   *os.File
+	buf   *bufio.Writer
+	align int64
+	pos   int64 // bytes written so far: the offset of the next byte
+
 	// release drops path's write lock (CreateTemp) once the temporary file
 	// is renamed or removed.
 	release func()
-	buf     *bufio.Writer
-	align   int64
-	pos     int64 // bytes written so far: the offset of the next byte
 
 	hdr     Header
 	entries []TensorInfo
@@ -63,12 +64,11 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 		return nil, fmt.Errorf("sinf create %s: %w", path, err)
 	}
 	w := &Writer{
-		path:    path,
-		tmp:     tmp,
-		release: release,
-		buf:     bufio.NewWriterSize(tmp, 1<<20),
-		align:   int64(align),
-		names:   make(map[string]struct{}),
+		path:  path,
+		tmp:   tmp,
+		buf:   bufio.NewWriterSize(tmp, 1<<20),
+		align: int64(align),
+		names: make(map[string]struct{}),
 		hdr: Header{
 			Version:        Version,
 			Alignment:      uint32(align),
@@ -76,6 +76,7 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 			MetadataLength: uint64(len(mb)),
 			MetadataCRC:    Checksum(mb),
 		},
+		release: release,
 	}
 	// The header is written as zeros now and filled in by Close, so a file
 	// cut short before Close fails the magic check.
