@@ -275,6 +275,7 @@ func TestUsageErrors(t *testing.T) {
 func TestFlagValidation(t *testing.T) {
 	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
 	out := filepath.Join(t.TempDir(), "x.sinf")
+	cfgFile := filepath.Join(model, "config.json") // a file that exists, where only existence is checked first
 	conv := []string{"convert", "--model", model, "--first-layer", "0", "--last-layer", "2", "--out", out}
 	for _, c := range []struct {
 		args []string
@@ -290,6 +291,8 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"study", "--model", "x", "--task-scores", "a", "--model-scores", "b", "--out", out, "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
 		{[]string{"run", "--model", model, "--prompt", "Once", "--context", "513"}, "--context 513: above the model's max_position_embeddings 512"},
 		{[]string{"eval", "--model", model, "--task", "tinystories", "--data-dir", "../../testdata/data", "--context", "513"}, "--context 513: above the model's max_position_embeddings 512"},
+		{[]string{"study", "--model", model, "--task-scores", cfgFile, "--model-scores", cfgFile, "--out", out, "--data-dir", "../../testdata/data", "--context", "513"},
+			"--context 513: above the model's max_position_embeddings 512"},
 		{[]string{"run", "--model", model, "--prompt", "Once", "--verify"}, "--verify checks the checksums of a .sinf file; " + model + " is an HF checkpoint folder, which stores none"},
 		{append(conv, "--seed", "3", "--task-scores", "a", "--model-scores", "b"), "--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed"},
 		{append(conv, "--random", "--task-scores", "a"), "--random keeps random neurons and reads no scores: give --random or --task-scores/--model-scores, not both"},

@@ -291,6 +291,9 @@ func newStudy(opt StudyOptions) (*study, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.Context > cfg.MaxPositions { // each evaluation would refuse it, after the first conversions
+		return nil, fmt.Errorf("--context %d: above the model's max_position_embeddings %d", opt.Context, cfg.MaxPositions)
+	}
 	s := &study{opt: opt, cfg: cfg, ensured: map[string]bool{}}
 	if opt.ExplicitRange {
 		if s.lo, s.hi, err = convert.ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, true); err != nil {
