@@ -330,6 +330,8 @@ func TestWrongKindOfInput(t *testing.T) {
 			"--model " + file + " is a .sinf file: sinf profile reads the HF checkpoint folder (config.json, *.safetensors, tokenizer.json) it was made from; sinf run, eval and bench take .sinf files"},
 		{[]string{"profile", "--model", filepath.Join(model, "config.json"), "--dataset", "tinystories", "--out", filepath.Join(dir, "p.scores")},
 			"--model " + filepath.Join(model, "config.json") + " is a file: sinf profile reads an HF checkpoint folder (config.json, *.safetensors, tokenizer.json)"},
+		{[]string{"inspect", model}, model + " is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run"},
+		{[]string{"verify", model}, model + " is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run"},
 	} {
 		_, err := run(t, c.args...)
 		require.EqualError(t, err, c.want, "%v", c.args)

@@ -50,6 +50,9 @@ func inspectCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return fmt.Errorf("give one .sinf file")
 			}
+			if err := runcmd.NotFolder(c.Args().First()); err != nil {
+				return err
+			}
 			f, err := format.Open(c.Args().First())
 			if err != nil {
 				return err
@@ -167,6 +170,9 @@ func verifyCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("give one .sinf file")
+			}
+			if err := runcmd.NotFolder(c.Args().First()); err != nil {
+				return err
 			}
 			f, err := format.Open(c.Args().First())
 			if err != nil {

@@ -41,11 +41,8 @@ type Opener func(path string, verify bool) (*Loaded, error)
 // OpenSinf maps a .sinf file, optionally verifies every checksum, and builds
 // the model and its embedded tokenizer.
 func OpenSinf(path string, verify bool) (*Loaded, error) {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		if _, err := os.Stat(filepath.Join(path, "config.json")); err == nil {
-			return nil, fmt.Errorf("%s is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run", path)
-		}
-		return nil, fmt.Errorf("%s is a folder: this takes a .sinf file", path)
+	if err := NotFolder(path); err != nil {
+		return nil, err
 	}
 	m, tok, f, err := runtime.Open(path, verify)
 	if err != nil {
@@ -53,6 +50,19 @@ func OpenSinf(path string, verify bool) (*Loaded, error) {
 	}
 	meta := f.Metadata()
 	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Close: f.Close}, nil
+}
+
+// NotFolder refuses a folder where a .sinf file is expected, naming an HF
+// checkpoint folder as such with the commands that take one (opening it
+// says only "not a regular file").
+func NotFolder(path string) error {
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(path, "config.json")); err == nil {
+		return fmt.Errorf("%s is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run", path)
+	}
+	return fmt.Errorf("%s is a folder: this takes a .sinf file", path)
 }
 
 // Flags are the run flags common to sinf run and sinf-run.
