@@ -252,7 +252,6 @@ func Action(open Opener) cli.ActionFunc {
 			PeakRSSBytes: runtime.PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
 			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info,
 			FinishReason: finishReason(res, eos, opt.MaxTokens)}
-
 		if rep.IDs == nil {
 			rep.IDs = []int{}
 		}
