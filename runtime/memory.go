@@ -73,7 +73,7 @@ func EstimateMemory(c Config, fileBytes, tokenizerBytes int64, context, prompt, 
 	H, I, V := int64(c.Hidden), int64(c.Intermediate), int64(c.Vocab)
 	qd, kvd, hd := int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim), int64(c.HeadDim)
 	m := Memory{Context: context, Prompt: prompt, Threads: threads, File: fileBytes}
-	m.KV = 2 * int64(c.Layers) * ctx * kvd * 4
+	m.KV = KVCacheBytes(c, context)
 	rope := ctx * hd * 4
 	acts := T * (3*H + 2*qd + 2*kvd + 2*I) * 4
 	logits := V * 4
@@ -88,4 +88,11 @@ func EstimateMemory(c Config, fileBytes, tokenizerBytes int64, context, prompt, 
 	m.Process = processBytes
 	m.TotalBytes = m.Total()
 	return m
+}
+
+// KVCacheBytes is the KV cache of positions positions (NewSession):
+// 2 · layers · positions · kv_heads · head_dim · 4 bytes (float32 keys and
+// values).
+func KVCacheBytes(c Config, positions int) int64 {
+	return 2 * int64(c.Layers) * int64(positions) * int64(c.KVHeads*c.HeadDim) * 4
 }

@@ -100,7 +100,7 @@ func anatomy(f *format.File) (*Anatomy, error) {
 			a.ParamsOriginal += int64(cfg.Intermediate-l.Kept) * 3 * int64(cfg.Hidden)
 		}
 	}
-	a.KVBytesPer1K = 2 * int64(cfg.Layers) * 1024 * int64(cfg.KVHeads*cfg.HeadDim) * 4
+	a.KVBytesPer1K = runtime.KVCacheBytes(cfg, 1024)
 	// The peak of a run that fills min(max_position_embeddings, 2048)
 	// positions with one prompt (the worst case), on this machine's
 	// default threads: the memory model of convert --memory-budget.
