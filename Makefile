@@ -1,7 +1,7 @@
 # sinf — build, test, benchmark. `make demo` runs the main job on the embedded default model.
 GO ?= go
 
-.PHONY: build demo test test-arm64 fuzz bench vet clean
+.PHONY: build demo test test-arm64 fuzz bench memcheck vet clean
 
 build:
 	$(GO) build -o bin/ ./cmd/sinf ./cmd/sinf-run
@@ -29,6 +29,16 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . ./runtime/kernels/
+
+# The memory model against a measured Llama-3.2-1B shape (random weights,
+# 2.3 GB of safetensors and a 2 GB .sinf under /tmp; a few minutes): what
+# TestMemoryModel checks only when SINF_LLAMA1B names such a file.
+SINF_SHARED ?= ../shared
+LLAMA1B ?= /tmp/sinf-llama1b
+memcheck: build
+	[ -f $(LLAMA1B).sinf ] || { bin/sinf synth --shape llama-3.2-1b --tokenizer $(SINF_SHARED)/tokenizers/llama3 --dtype f16 --quiet --force --out $(LLAMA1B) && \
+		bin/sinf convert --model $(LLAMA1B) --random --gamma 0.7 --quiet --out $(LLAMA1B).sinf; }
+	SINF_LLAMA1B=$(LLAMA1B).sinf $(GO) test -count=1 -v -run TestMemoryModel ./cmd/sinf/
 
 clean:
 	rm -rf bin out

@@ -12,6 +12,7 @@ import (
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 // ParseBytes parses a size such as "6.5GiB", "800MB", "1G" or "1048576".
@@ -38,25 +39,24 @@ func ParseBytes(s string) (int64, error) {
 	return int64(v * mult), nil
 }
 
-// Plan is the memory estimate of a conversion at a given γ.
+// Plan is the memory estimate of a conversion at a given γ: the predicted
+// file size and runtime.EstimateMemory's peak for running it.
 type Plan struct {
 	Gamma        float64
 	FileBytes    int64 // the .sinf file, all of it mapped
 	KVBytes      int64 // KV cache: 2 · layers · context · kv_heads · head_dim · 4
-	RuntimeBytes int64 // activation buffers and the Go runtime
+	RuntimeBytes int64 // the rest of the peak: buffers, the tokenizer on the heap, the process
+	Memory       runtime.Memory
 }
 
-// Total is the predicted peak memory.
+// Total is the predicted peak memory (Memory.Total).
 func (p Plan) Total() int64 { return p.FileBytes + p.KVBytes + p.RuntimeBytes }
-
-// runtimeOverhead is the fixed allowance for the Go runtime, the binary and
-// the tokenizer: sinf-run's peak RSS on the 2.5 MB tinystories-656k file is
-// about 10 MiB, so 16 MiB leaves headroom.
-const runtimeOverhead = 16 << 20
 
 // Estimate predicts the file size and peak memory of converting ck with opt
 // at γ: non-FFN tensors whole, sliced layers kept·3·hidden·s bytes plus their
-// index maps, others 3·hidden·N·s (paper Eq. 2), plus KV cache and buffers.
+// index maps, others 3·hidden·N·s (paper Eq. 2); and the peak memory of
+// running it (runtime.EstimateMemory) with a KV cache of context positions
+// filled by one prompt (the worst case) on this machine's default threads.
 func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan, error) {
 	cfg := ck.Config
 	lo, hi, err := ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, opt.ExplicitRange)
@@ -79,7 +79,7 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 		}
 		nonFFN += b + 64
 	}
-	N, H := int64(cfg.Intermediate), int64(cfg.Hidden)
+	N := int64(cfg.Intermediate)
 	// A sliced layer stores three rows of hidden weights per kept neuron.
 	ffnDType := opt.DType
 	if ffnDType == 0 {
@@ -95,10 +95,9 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 	sliced := int64(hi - lo)
 	file := nonFFN + int64(cfg.Layers)*3*64 + metadataBytes(ck) +
 		(int64(cfg.Layers)-sliced)*ffnLayer + sliced*(kept*3*int64(row)+kept*4+64)
-	ctx := int64(min(context, cfg.MaxPositions))
-	kv := 2 * int64(cfg.Layers) * ctx * int64(cfg.KVHeads*cfg.HeadDim) * 4
-	buffers := ctx*4*int64(cfg.Heads) + int64(cfg.Vocab)*4 + 8*H*4 + 2*N*4
-	return Plan{Gamma: gamma, FileBytes: file, KVBytes: kv, RuntimeBytes: runtimeOverhead + buffers}, nil
+	ctx := min(context, cfg.MaxPositions)
+	mem := runtime.EstimateMemory(cfg, file, embeddedBytes(ck, "tokenizer.json"), ctx, ctx, kernels.DefaultThreads())
+	return Plan{Gamma: gamma, FileBytes: file, KVBytes: mem.KV, RuntimeBytes: mem.Total() - file - mem.KV, Memory: mem}, nil
 }
 
 // ChooseGamma returns the plan of the largest γ (in steps of 0.01, at least
@@ -120,8 +119,9 @@ func ChooseGamma(ck *hf.Checkpoint, opt Options, budget int64, context int) (Pla
 		}
 		smallest = p
 	}
-	return Plan{}, fmt.Errorf("memory budget %d bytes is too small: even gamma %.2f needs %d bytes (file %d + KV cache %d + runtime %d); lower --context or --delta",
-		budget, smallest.Gamma, smallest.Total(), smallest.FileBytes, smallest.KVBytes, smallest.RuntimeBytes)
+	h := runtime.HumanBytes
+	return Plan{}, fmt.Errorf("memory budget %s is too small: even gamma %.2f needs %s (file %s + KV cache %s + runtime %s); lower --context or --delta",
+		h(budget), smallest.Gamma, h(smallest.Total()), h(smallest.FileBytes), h(smallest.KVBytes), h(smallest.RuntimeBytes))
 }
 
 // storedBytes is the size of tensor t once converted with opt (StoredDType).
@@ -144,16 +144,21 @@ func storedBytes(t format.Tensor, opt Options, tiedHead bool) int64 {
 func metadataBytes(ck *hf.Checkpoint) int64 {
 	n := int64(1024 + 48*ck.Config.Layers)
 	for _, f := range []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(ck.Dir, f))
-		if err != nil {
-			continue
-		}
-		var c bytes.Buffer
-		if json.Compact(&c, b) == nil {
-			n += int64(c.Len())
-		} else {
-			n += int64(len(b))
-		}
+		n += embeddedBytes(ck, f)
 	}
 	return n
+}
+
+// embeddedBytes is the size of the checkpoint's JSON file name as the
+// writer embeds it (compacted); 0 when it is absent.
+func embeddedBytes(ck *hf.Checkpoint, name string) int64 {
+	b, err := os.ReadFile(filepath.Join(ck.Dir, name))
+	if err != nil {
+		return 0
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, b) == nil {
+		return int64(c.Len())
+	}
+	return int64(len(b))
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/selectinfer/sinf/runtime"
 )
 
-// ToolVersion is recorded in the files sinf writes.
-const ToolVersion = "sinf 0.1.0"
+// ToolVersion is recorded in the files sinf writes (format.ToolVersion).
+const ToolVersion = format.ToolVersion
 
 // Options configures Convert. Defaults are the paper's Table 1.
 type Options struct {
@@ -111,17 +111,8 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		if opt.TaskScores == nil || opt.ModelScores == nil {
 			return nil, errors.New("task and model score files are needed (or --random)")
 		}
-		digest := scores.ModelDigest(ck.ConfigJSON, ffnShapes(ck))
-		for _, s := range []struct {
-			f    *scores.File
-			path string
-		}{{opt.TaskScores, opt.TaskScoresPath}, {opt.ModelScores, opt.ModelScoresPath}} {
-			if s.f.ModelDigest != digest {
-				return nil, fmt.Errorf("%s: scores of model %s, but %s is model %s", s.path, s.f.ModelDigest, ck.Dir, digest)
-			}
-			if len(s.f.Scores) != cfg.Layers {
-				return nil, fmt.Errorf("%s: %d layers of scores for a model of %d", s.path, len(s.f.Scores), cfg.Layers)
-			}
+		if err := CheckScores(ck, opt.TaskScores, opt.ModelScores, opt.TaskScoresPath, opt.ModelScoresPath); err != nil {
+			return nil, err
 		}
 		meta.Provenance.TaskScores = scoresRef(opt.TaskScores, opt.TaskScoresPath)
 		meta.Provenance.ModelScores = scoresRef(opt.ModelScores, opt.ModelScoresPath)
@@ -235,6 +226,36 @@ func checkOut(out string, ck *hf.Checkpoint, inputs ...string) error {
 		if fi, err := os.Stat(in); err == nil && in != "" && os.SameFile(fo, fi) {
 			return fmt.Errorf("--out %s is an input of this conversion (%s): choose another path", out, in)
 		}
+	}
+	return nil
+}
+
+// CheckScores checks that the task and model score files fit ck and their
+// roles, so that commands can check them before any work: each was profiled
+// on this model (scores.ModelDigest: config and FFN shapes) with a score per
+// layer, and the task file holds one task (the task ranking of paper §3.2; a
+// file merged across tasks there means the two were swapped). Errors name
+// the file.
+func CheckScores(ck *hf.Checkpoint, task, model *scores.File, taskPath, modelPath string) error {
+	digest := scores.ModelDigest(ck.ConfigJSON, ffnShapes(ck))
+	for _, s := range []struct {
+		f    *scores.File
+		path string
+	}{{task, taskPath}, {model, modelPath}} {
+		if s.f.ModelDigest != digest {
+			return fmt.Errorf("%s: scores of model %s, but %s is model %s", s.path, s.f.ModelDigest, ck.Dir, digest)
+		}
+		if len(s.f.Scores) != ck.Config.Layers {
+			return fmt.Errorf("%s: %d layers of scores for a model of %d", s.path, len(s.f.Scores), ck.Config.Layers)
+		}
+	}
+	if ts := task.Tasks(); len(ts) > 1 {
+		swapped := ""
+		if len(model.Tasks()) == 1 {
+			swapped = "; the model scores " + modelPath + " hold one: were --task-scores and --model-scores swapped?"
+		}
+		return fmt.Errorf("%s: task scores merged across %d tasks (%s): the task ranking is one task's profiles (sinf merge of that task's files)%s",
+			taskPath, len(ts), strings.Join(ts, ", "), swapped)
 	}
 	return nil
 }

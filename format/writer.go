@@ -29,6 +29,10 @@ type Writer struct {
 	align int64
 	pos   int64 // bytes written so far: the offset of the next byte
 
+	// release drops path's write lock (CreateTemp) once the temporary file
+	// is renamed or removed.
+	release func()
+
 	hdr     Header
 	entries []TensorInfo
 	names   map[string]struct{}
@@ -41,7 +45,9 @@ type Writer struct {
 // succeeds. meta is validated (Metadata.Validate) and written first. align is
 // the tensor data alignment in bytes: 0 means DefaultAlignment (64);
 // otherwise a power of two in [MinAlignment, MaxWriteAlignment].
-// The temporary file is ".NAME.*.tmp" in path's folder.
+// The temporary file is ".NAME.<digits>.tmp" in path's folder, and path's
+// write lock is held until Close or the first error (CreateTemp: a second
+// writer of the same path fails with ErrBusy).
 func Create(path string, meta Metadata, align int) (*Writer, error) {
 	if align == 0 {
 		align = DefaultAlignment
@@ -53,7 +59,7 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sinf create %s: %w", path, err)
 	}
-	tmp, err := CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	tmp, release, err := CreateTemp(path)
 	if err != nil {
 		return nil, fmt.Errorf("sinf create %s: %w", path, err)
 	}
@@ -70,6 +76,7 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 			MetadataLength: uint64(len(mb)),
 			MetadataCRC:    Checksum(mb),
 		},
+		release: release,
 	}
 	// The header is written as zeros now and filled in by Close, so a file
 	// cut short before Close fails the magic check.
@@ -112,6 +119,7 @@ func (w *Writer) cleanup() {
 		w.tmp.Close()
 		os.Remove(name)
 		w.tmp = nil
+		w.release()
 	}
 }
 
@@ -292,8 +300,12 @@ func (w *Writer) Close() error {
 		return w.fail(fmt.Errorf("sinf write %s: %w", w.path, err))
 	}
 	w.tmp = nil
-	if err := os.Rename(name, w.path); err != nil {
+	err := os.Rename(name, w.path)
+	if err != nil {
 		os.Remove(name)
+	}
+	w.release()
+	if err != nil {
 		return w.fail(fmt.Errorf("sinf write %s: %w", w.path, err))
 	}
 	w.closed = true

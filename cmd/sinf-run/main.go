@@ -24,6 +24,7 @@ func main() {
 		Action:          runcmd.Action(runcmd.OpenSinf),
 		HideHelpCommand: true,
 	}
+	runcmd.Strict(app)
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "sinf-run:", err)
 		os.Exit(1)

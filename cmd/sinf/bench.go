@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 
@@ -137,6 +138,10 @@ type benchReport struct {
 	// The mean number of threads the pool woke per call (it wakes fewer when
 	// the CPUs are oversubscribed).
 	ActiveThreads float64 `json:"active_threads,omitempty"`
+
+	// MemoryModel is runtime.EstimateMemory's prediction of the peak for
+	// this run in sinf-run (this desktop binary starts about 8 MiB larger).
+	MemoryModel runtime.Memory `json:"memory_model"`
 }
 
 // benchPrompt returns n pseudo-random token ids in [0, vocab), the same for
@@ -206,6 +211,7 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 	rep.PrefillTokensPerS = median(rep.PrefillRuns)
 	rep.DecodeTokensPerS = median(rep.DecodeRuns)
 	rep.PeakRSSBytes = runtime.PeakRSS()
+	rep.MemoryModel = runtime.EstimateMemory(m.Config, l.FileBytes, tokenizerBytes(l), opt.Prompt+opt.Gen+1, opt.Prompt, pool.Threads())
 	b := synth.BytesPerToken(m, s)
 	rep.BytesPerToken, rep.AttentionBytes, rep.FFNBytes, rep.LMHeadBytes = b.Total(), b.Attention, b.FFN, b.LMHead
 	if opt.BandwidthBytes > 0 {
@@ -259,7 +265,7 @@ func printBench(w io.Writer, r *benchReport) {
 	}
 	fmt.Fprintf(w, "prefill    %.1f tok/s   runs %s\n", r.PrefillTokensPerS, runs(r.PrefillRuns))
 	fmt.Fprintf(w, "decode     %.2f tok/s   runs %s\n", r.DecodeTokensPerS, runs(r.DecodeRuns))
-	fmt.Fprintf(w, "peak RSS   %s\n", human(r.PeakRSSBytes))
+	fmt.Fprintf(w, "peak RSS   %s (memory model: %s in sinf-run; this binary starts about 8 MiB larger)\n", human(r.PeakRSSBytes), human(r.MemoryModel.Total()))
 	fmt.Fprintf(w, "bytes/tok  %s (attention %s, FFN %s, LM head %s)\n", human(r.BytesPerToken), human(r.AttentionBytes), human(r.FFNBytes), human(r.LMHeadBytes))
 	if r.BandwidthBytesPerS > 0 {
 		fmt.Fprintf(w, "bandwidth  %.2f GB/s (read, %d threads, %s buffer; median of %d passes, best %.2f GB/s)\n",
@@ -281,4 +287,16 @@ func runs(v []float64) string {
 		s += fmt.Sprintf("%.1f", x)
 	}
 	return s + "]"
+}
+
+// tokenizerBytes is the size of the model's tokenizer.json: embedded in a
+// .sinf file, or the HF folder's file.
+func tokenizerBytes(l *runcmd.Loaded) int64 {
+	if l.Meta != nil {
+		return int64(len(l.Meta.Tokenizer))
+	}
+	if fi, err := os.Stat(filepath.Join(l.Path, "tokenizer.json")); err == nil {
+		return fi.Size()
+	}
+	return 0
 }

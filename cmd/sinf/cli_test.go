@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/selectinfer/sinf/convert/dataset"
+	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
@@ -210,12 +213,200 @@ func TestThreadsLimits(t *testing.T) {
 }
 
 // TestMissingDataHint: a built-in task whose data is not in the folder names
-// the file and says where the data is.
+// the file and the folder (absolute) and says how to point at the data;
+// eval refuses a prompt file, which has no references to score; the help's
+// --data-dir default is the rule, whatever the current folder.
 func TestMissingDataHint(t *testing.T) {
 	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
 	data := filepath.Join("..", "..", "testdata", "data")
-	_, err := run(t, "profile", "--quiet", "--model", model, "--dataset", "squad_v2", "--data-dir", data, "--out", filepath.Join(t.TempDir(), "x.scores"))
-	require.ErrorContains(t, err, "squad_v2/dev-sample.json: no such file or directory (testdata/data has only tinystories, wikitext2 and xsum")
+	abs, err := filepath.Abs(data)
+	require.NoError(t, err)
+	hint := " (data folder " + abs + ": give --data-dir, or set $SINF_DATA to, a folder with the full data, such as the shared data beside a checkout; " +
+		"the repository's testdata/data holds only tinystories, wikitext2 and xsum)"
+	_, err = run(t, "profile", "--quiet", "--model", model, "--dataset", "squad_v2", "--data-dir", data, "--out", filepath.Join(t.TempDir(), "x.scores"))
+	require.EqualError(t, err, "dataset squad_v2: data file: stat "+filepath.Join(data, "squad_v2", "dev-sample.json")+": no such file or directory"+hint)
 	_, err = run(t, "eval", "--model", model, "--task", "piqa", "--data-dir", data)
-	require.ErrorContains(t, err, "piqa/valid.jsonl: no such file or directory (testdata/data has only")
+	require.EqualError(t, err, "dataset piqa: data file: stat "+filepath.Join(data, "piqa", "valid.jsonl")+": no such file or directory"+hint)
+	t.Setenv("SINF_DATA", data)
+	_, err = run(t, "eval", "--model", model, "--task", "piqa")
+	require.EqualError(t, err, "dataset piqa: data file: stat "+filepath.Join(data, "piqa", "valid.jsonl")+": no such file or directory"+hint)
+
+	names := strings.Join(dataset.Names(), ", ")
+	_, err = run(t, "eval", "--model", model, "--task", "my.jsonl")
+	require.EqualError(t, err, "--task my.jsonl: eval scores a built-in task against its references ("+names+"); a prompt file is for sinf profile --dataset")
+	_, err = run(t, "eval", "--model", model, "--task", "nosuch")
+	require.EqualError(t, err, `--task "nosuch": unknown task (built-in: `+names+")")
+
+	for _, cmd := range []string{"eval", "profile", "study"} {
+		out, err := run(t, cmd, "--help")
+		require.NoError(t, err)
+		require.Contains(t, out, "folder of the built-in datasets' files (default: $SINF_DATA, else ../shared/data or testdata/data, the first that exists under the current folder)", cmd)
+	}
+}
+
+// TestUsageErrors: an unknown flag, a bad value or a missing required flag is
+// one error naming the flag, with nothing on stdout (a --json pipe stays
+// clean); --version prints the version the files record.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--bogus", "--json"}, "unknown flag --bogus (sinf run --help lists the flags)"},
+		{[]string{"run", "--model", "m", "--max-tokens", "x"}, `invalid value "x" for flag --max-tokens: not a number (sinf run --help lists the flags)`},
+		{[]string{"run", "--prompt", "hi", "--json"}, "--model is required (sinf run --help lists the flags)"},
+		{[]string{"convert", "--random"}, "--model and --out are required (sinf convert --help lists the flags)"},
+		{[]string{"--bogus"}, "unknown flag --bogus (sinf --help lists the flags)"},
+		{[]string{"eval", "--model"}, "flag needs a value: --model (sinf eval --help lists the flags)"},
+	} {
+		out, err := run(t, c.args...)
+		require.EqualError(t, err, c.want, "%v", c.args)
+		require.Empty(t, out, "%v", c.args)
+	}
+	out, err := run(t, "--version")
+	require.NoError(t, err)
+	require.Equal(t, "sinf 0.1.0 (.sinf format version 1)\n", out)
+	require.Equal(t, "sinf 0.1.0", format.ToolVersion)
+}
+
+// TestFlagValidation: every command refuses a flag out of range, or one that
+// other flags would make it ignore, with the same form of message and before
+// it reads the model.
+func TestFlagValidation(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	out := filepath.Join(t.TempDir(), "x.sinf")
+	cfgFile := filepath.Join(model, "config.json") // a file that exists, where only existence is checked first
+	conv := []string{"convert", "--model", model, "--first-layer", "0", "--last-layer", "2", "--out", out}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "--model", "x", "--task", "tinystories", "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
+		{[]string{"eval", "--model", "x", "--task", "wikitext2", "--stride", "-1"}, "--stride -1: want ≥ 0 (0: the window less the BOS)"},
+		{[]string{"eval", "--model", "x", "--task", "wikitext2", "--window", "-2"}, "--window -2: want ≥ 0 (0: min(context, 256))"},
+		{[]string{"eval", "--model", "x", "--task", "tinystories", "--context", "-1"}, "--context -1: want ≥ 0 (0: the model's max_position_embeddings)"},
+		{[]string{"profile", "--model", "x", "--dataset", "tinystories", "--out", out, "--chunk-size", "-1"}, "--chunk-size -1: want ≥ 0 (0: no chunk files)"},
+		{[]string{"profile", "--model", "x", "--dataset", "tinystories", "--out", out, "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
+		{[]string{"merge", "--print-top", "-1", "a.scores"}, "--print-top -1: want ≥ 0 (0: print nothing)"},
+		{[]string{"study", "--model", "x", "--task-scores", "a", "--model-scores", "b", "--out", out, "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
+		{[]string{"run", "--model", model, "--prompt", "Once", "--context", "513"}, "--context 513: above the model's max_position_embeddings 512"},
+		{[]string{"eval", "--model", model, "--task", "tinystories", "--data-dir", "../../testdata/data", "--context", "513"}, "--context 513: above the model's max_position_embeddings 512"},
+		{[]string{"study", "--model", model, "--task-scores", cfgFile, "--model-scores", cfgFile, "--out", out, "--data-dir", "../../testdata/data", "--context", "513"},
+			"--context 513: above the model's max_position_embeddings 512"},
+		{[]string{"run", "--model", model, "--prompt", "Once", "--verify"}, "--verify checks the checksums of a .sinf file; " + model + " is an HF checkpoint folder, which stores none"},
+		{append(conv, "--seed", "3", "--task-scores", "a", "--model-scores", "b"), "--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed"},
+		{append(conv, "--random", "--task-scores", "a"), "--random keeps random neurons and reads no scores: give --random or --task-scores/--model-scores, not both"},
+		{append(conv, "--random", "--gamma", "0.5", "--memory-budget", "1MiB"), "--memory-budget chooses gamma: give --gamma or --memory-budget, not both"},
+		{append(conv, "--random", "--context", "512"), "--context is the context --memory-budget sizes the KV cache for: add --memory-budget or drop --context"},
+		{append(conv, "--random", "--memory-budget", "1MiB", "--context", "0"), "--context 0: want ≥ 1, the KV cache positions the budget holds"},
+	} {
+		_, err := run(t, c.args...)
+		require.EqualError(t, err, c.want, "%v", c.args)
+	}
+	_, err := os.Stat(out)
+	require.True(t, os.IsNotExist(err), "%s was written", out)
+}
+
+// TestWrongKindOfInput: a .sinf file where a score file or an HF folder is
+// expected, and an HF folder where a .sinf file is expected, are named as
+// such, with the command to use; a budget too small is given in binary units.
+func TestWrongKindOfInput(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "x.sinf")
+	_, err := run(t, "convert", "--quiet", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--out", file)
+	require.NoError(t, err)
+	notScores := file + ": not a score file: it is a .sinf model file (score files come from sinf profile and sinf merge)"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"merge", "--out", filepath.Join(dir, "m.scores"), file}, notScores},
+		{[]string{"overlap", file, file}, notScores},
+		{[]string{"convert", "--model", model, "--task-scores", file, "--model-scores", file, "--first-layer", "0", "--last-layer", "2", "--out", filepath.Join(dir, "y.sinf")}, notScores},
+		{[]string{"convert", "--model", file, "--random", "--out", filepath.Join(dir, "y.sinf")},
+			"--model " + file + " is a .sinf file: sinf convert reads the HF checkpoint folder (config.json, *.safetensors, tokenizer.json) it was made from; sinf run, eval and bench take .sinf files"},
+		{[]string{"profile", "--model", file, "--dataset", "tinystories", "--out", filepath.Join(dir, "p.scores")},
+			"--model " + file + " is a .sinf file: sinf profile reads the HF checkpoint folder (config.json, *.safetensors, tokenizer.json) it was made from; sinf run, eval and bench take .sinf files"},
+		{[]string{"profile", "--model", filepath.Join(model, "config.json"), "--dataset", "tinystories", "--out", filepath.Join(dir, "p.scores")},
+			"--model " + filepath.Join(model, "config.json") + " is a file: sinf profile reads an HF checkpoint folder (config.json, *.safetensors, tokenizer.json)"},
+		{[]string{"inspect", model}, model + " is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run"},
+		{[]string{"verify", model}, model + " is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run"},
+	} {
+		_, err := run(t, c.args...)
+		require.EqualError(t, err, c.want, "%v", c.args)
+	}
+	_, err = run(t, "convert", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--memory-budget", "1KiB", "--out", filepath.Join(dir, "y.sinf"))
+	require.Error(t, err)
+	require.Regexp(t, `^memory budget 1\.0 KiB is too small: even gamma 0\.30 needs [\d.]+ MiB \(file [\d.]+ MiB \+ KV cache [\d.]+ KiB \+ runtime [\d.]+ MiB\); lower --context or --delta$`, err.Error())
+}
+
+// TestInputsCheckedFirst: score files swapped between --task-scores and
+// --model-scores, a study's scores of another model and profile's --out
+// folder are refused before any work (no file converted, no evaluation run,
+// no prompt profiled).
+func TestInputsCheckedFirst(t *testing.T) {
+	model := sharedtest.Path(t, "models", "tinystories-656k")
+	other := sharedtest.Path(t, "models", "stories260k")
+	data := sharedtest.Path(t, "data")
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	for _, c := range [][]string{
+		{"--model", model, "--dataset", "tinystories", "--out", p("ts.scores")},
+		{"--model", model, "--dataset", "xsum", "--out", p("xsum.scores")},
+		{"--model", other, "--dataset", "tinystories", "--out", p("other.scores")},
+	} {
+		_, err := run(t, append([]string{"profile", "--quiet", "--data-dir", data, "--limit", "2", "--max-new-tokens", "1"}, c...)...)
+		require.NoError(t, err)
+	}
+	_, err := run(t, "merge", "--out", p("model.scores"), p("ts.scores"), p("xsum.scores"))
+	require.NoError(t, err)
+
+	_, err = run(t, "convert", "--model", model, "--task-scores", p("model.scores"), "--model-scores", p("ts.scores"),
+		"--first-layer", "0", "--last-layer", "2", "--out", p("x.sinf"))
+	require.EqualError(t, err, p("model.scores")+": task scores merged across 2 tasks (tinystories, xsum): the task ranking is one task's profiles "+
+		"(sinf merge of that task's files); the model scores "+p("ts.scores")+" hold one: were --task-scores and --model-scores swapped?")
+
+	studyOut := p("study")
+	_, err = run(t, "study", "--in-process", "--model", model, "--task-scores", p("other.scores"), "--model-scores", p("model.scores"),
+		"--tasks", "tinystories", "--limit", "1", "--data-dir", data, "--first-layer", "0", "--last-layer", "2", "--no-sweeps", "--out", studyOut)
+	require.Error(t, err)
+	require.Regexp(t, "^"+regexp.QuoteMeta(p("other.scores"))+`: scores of model [0-9a-f]{64}, but \S+tinystories-656k is model [0-9a-f]{64}$`, err.Error())
+	entries, err := os.ReadDir(studyOut)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotEqual(t, ".sinf", filepath.Ext(e.Name()), "study converted %s", e.Name())
+		require.NotEqual(t, "results.json", e.Name(), "study evaluated before checking its scores")
+	}
+
+	_, err = run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "tinystories", "--out", dir)
+	require.EqualError(t, err, "--out "+dir+" is a folder; give a file name")
+	_, err = run(t, "profile", "--quiet", "--model", model, "--data-dir", data, "--dataset", "tinystories", "--out", p("no/such/x.scores"))
+	require.EqualError(t, err, "--out "+p("no/such/x.scores")+": cannot create a file in "+p("no/such")+": no such file or directory")
+}
+
+// TestOneWriterPerPath: a convert to a path another writer holds fails
+// naming the lock (two converts to one path no longer both print "wrote");
+// once the holder is gone without cleaning up, as after SIGKILL, the next
+// convert removes the temporary file it left.
+func TestOneWriterPerPath(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "x.sinf")
+	tmp, release, err := format.CreateTemp(out)
+	require.NoError(t, err)
+	tmp.Close()
+	args := []string{"convert", "--quiet", "--model", model, "--random", "--first-layer", "0", "--last-layer", "2", "--out", out}
+	_, err = run(t, args...)
+	require.EqualError(t, err, "sinf create "+out+": another process is writing this file (it holds "+filepath.Join(dir, ".x.sinf.lock")+
+		"): wait for it to finish, or write to another path")
+	release() // the holder dies: its lock goes, its temporary file stays
+	_, err = os.Stat(tmp.Name())
+	require.NoError(t, err)
+	_, err = run(t, args...)
+	require.NoError(t, err)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, "x.sinf", entries[0].Name())
 }

@@ -42,6 +42,12 @@ func convertCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := checkConvertFlags(c); err != nil {
+				return err
+			}
+			if err := checkHFDir("convert", c.String("model")); err != nil {
+				return err
+			}
 			ck, err := hf.Open(c.String("model"))
 			if err != nil {
 				return err
@@ -111,3 +117,22 @@ func convertCommand() *cli.Command {
 
 // human formats a byte count (runcmd.Human).
 func human(n int64) string { return runtime.HumanBytes(n) }
+
+// checkConvertFlags refuses flags that the other flags would make convert
+// ignore, before anything is read.
+func checkConvertFlags(c *cli.Context) error {
+	scored := c.IsSet("task-scores") || c.IsSet("model-scores")
+	switch {
+	case c.Bool("random") && scored:
+		return errors.New("--random keeps random neurons and reads no scores: give --random or --task-scores/--model-scores, not both")
+	case c.IsSet("seed") && !c.Bool("random"):
+		return errors.New("--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed")
+	case c.IsSet("memory-budget") && c.IsSet("gamma"):
+		return errors.New("--memory-budget chooses gamma: give --gamma or --memory-budget, not both")
+	case c.IsSet("context") && !c.IsSet("memory-budget"):
+		return errors.New("--context is the context --memory-budget sizes the KV cache for: add --memory-budget or drop --context")
+	case c.Int("context") < 1:
+		return fmt.Errorf("--context %d: want ≥ 1, the KV cache positions the budget holds", c.Int("context"))
+	}
+	return nil
+}

@@ -28,7 +28,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
 			&cli.StringFlag{Name: "task", Required: true, Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate the first N examples (perplexity: N windows; 0: all)"},
-			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
+			dataDirFlag(),
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage},
 			&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
 			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens generated at most (0: 32 for QA, 128 for translation and summarization)"},
@@ -39,24 +39,26 @@ func evalCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		}...),
 		Action: func(c *cli.Context) error {
+			if err := checkInts(c, intFlag{"limit", 0, "0: all"}, intFlag{"context", 0, runcmd.ContextZero},
+				intFlag{"max-new-tokens", 0, "0: the task's default"}, intFlag{"window", 0, "0: min(context, 256)"},
+				intFlag{"stride", 0, "0: the window less the BOS"}); err != nil {
+				return err
+			}
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
-			task := c.String("task")
-			if _, err := dataset.Lookup(task); err != nil {
+			task, dir := c.String("task"), dataDir(c)
+			if err := checkTaskData(task, dir); err != nil {
 				return err
-			}
-			paths, _ := dataset.Files(task, c.String("data-dir"))
-			for _, p := range paths {
-				if _, err := os.Stat(p); err != nil {
-					return dataHint(fmt.Errorf("dataset %s: data file: %w", task, err))
-				}
 			}
 			l, err := openModel(c.String("model"), false)
 			if err != nil {
 				return err
 			}
 			defer l.Close()
+			if err := runcmd.CheckContext(c, l.Model); err != nil {
+				return err
+			}
 			sp, err := runcmd.Sparsity(c, l.Model)
 			if err != nil {
 				return err
@@ -65,7 +67,7 @@ func evalCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			opt := eval.Options{DataDir: c.String("data-dir"), Limit: c.Int("limit"), Split: sel.Split, Offset: sel.Offset, Sparsity: sp,
+			opt := eval.Options{DataDir: dir, Limit: c.Int("limit"), Split: sel.Split, Offset: sel.Offset, Sparsity: sp,
 				MaxNewTokens: c.Int("max-new-tokens"), Threads: c.Int("threads"), Context: c.Int("context"),
 				Window: c.Int("window"), Stride: c.Int("stride"), Mass: c.Bool("mass")}
 			var bar *progressbar.ProgressBar
@@ -122,4 +124,23 @@ func writeMass(w io.Writer, m *eval.MassReport) {
 	}
 	row("all", m.Total)
 	tw.Flush()
+}
+
+// checkTaskData checks that task is a built-in task (a prompt file has no
+// references or metric to score) and that its data files are under dir.
+func checkTaskData(task, dir string) error {
+	if _, err := dataset.Lookup(task); err != nil {
+		if strings.HasSuffix(task, ".jsonl") || strings.ContainsRune(task, '/') || strings.ContainsRune(task, os.PathSeparator) {
+			return fmt.Errorf("--task %s: eval scores a built-in task against its references (%s); a prompt file is for sinf profile --dataset",
+				task, strings.Join(dataset.Names(), ", "))
+		}
+		return fmt.Errorf("--task %q: unknown task (built-in: %s)", task, strings.Join(dataset.Names(), ", "))
+	}
+	paths, _ := dataset.Files(task, dir)
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return dataHint(fmt.Errorf("dataset %s: data file: %w", task, err), dir)
+		}
+	}
+	return nil
 }

@@ -10,9 +10,15 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
+
+// inspectContext is the context inspect's expected memory assumes, at most
+// (convert --memory-budget's default --context).
+const inspectContext = 2048
 
 // Anatomy is what sinf inspect reports about a .sinf file.
 type Anatomy struct {
@@ -30,7 +36,7 @@ type Anatomy struct {
 	BytesByKind    map[string]int64    `json:"bytes_by_kind"`
 	Provenance     format.Provenance   `json:"provenance"`
 	KVBytesPer1K   int64               `json:"kv_cache_bytes_per_1k_tokens"`
-	ExpectedMemory map[string]int64    `json:"expected_runtime_bytes"`
+	ExpectedMemory runtime.Memory      `json:"expected_memory"`
 	Tensors        []format.TensorInfo `json:"-"`
 }
 
@@ -43,6 +49,9 @@ func inspectCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("give one .sinf file")
+			}
+			if err := runcmd.NotFolder(c.Args().First()); err != nil {
+				return err
 			}
 			f, err := format.Open(c.Args().First())
 			if err != nil {
@@ -91,14 +100,12 @@ func anatomy(f *format.File) (*Anatomy, error) {
 			a.ParamsOriginal += int64(cfg.Intermediate-l.Kept) * 3 * int64(cfg.Hidden)
 		}
 	}
-	a.KVBytesPer1K = 2 * int64(cfg.Layers) * 1024 * int64(cfg.KVHeads*cfg.HeadDim) * 4
-	ctx := int64(min(cfg.MaxPositions, 2048))
-	a.ExpectedMemory = map[string]int64{
-		"mapped_file":                 f.Size(),
-		"kv_cache_at_context":         2 * int64(cfg.Layers) * ctx * int64(cfg.KVHeads*cfg.HeadDim) * 4,
-		"context":                     ctx,
-		"activation_buffers_estimate": (ctx*int64(cfg.Heads) + int64(cfg.Vocab) + 8*int64(cfg.Hidden) + 2*int64(cfg.Intermediate)) * 4,
-	}
+	a.KVBytesPer1K = runtime.KVCacheBytes(cfg, 1024)
+	// The peak of a run that fills min(max_position_embeddings, 2048)
+	// positions with one prompt (the worst case), on this machine's
+	// default threads: the memory model of convert --memory-budget.
+	ctx := min(cfg.MaxPositions, inspectContext)
+	a.ExpectedMemory = runtime.EstimateMemory(cfg, f.Size(), int64(len(meta.Tokenizer)), ctx, ctx, kernels.DefaultThreads())
 	return a, nil
 }
 
@@ -144,8 +151,9 @@ func printAnatomy(out io.Writer, a *Anatomy, tensors bool) {
 		}
 	}
 	fmt.Fprintf(w, "tool\t%s, created %s\n", p.ToolVersion, p.Created)
-	fmt.Fprintf(w, "expected memory\tmapped file %s + KV cache %s at %d tokens + buffers ≈ %s\n", human(a.ExpectedMemory["mapped_file"]),
-		human(a.ExpectedMemory["kv_cache_at_context"]), a.ExpectedMemory["context"], human(a.ExpectedMemory["activation_buffers_estimate"]))
+	m := a.ExpectedMemory
+	fmt.Fprintf(w, "expected peak RSS\t%s (sinf-run, %d positions filled by one prompt, %s): mapped file %s + heap %s (KV cache %s, buffers %s, tokenizer %s) + process %s\n",
+		human(m.Total()), m.Context, runcmd.Plural(m.Threads, "thread"), human(m.File), human(m.Heap), human(m.KV), human(m.Buffers), human(m.TokenizerLive), human(m.Process))
 	if tensors {
 		for _, t := range a.Tensors {
 			fmt.Fprintf(w, "  %s\t%v %v\toffset %d\t%d bytes\tcrc32c %08x\n", t.Name, t.DType, t.Shape, t.Offset, t.Length, t.CRC32C)
@@ -162,6 +170,9 @@ func verifyCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("give one .sinf file")
+			}
+			if err := runcmd.NotFolder(c.Args().First()); err != nil {
+				return err
 			}
 			f, err := format.Open(c.Args().First())
 			if err != nil {

@@ -9,10 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/format"
 )
 
@@ -35,7 +37,7 @@ func main() {
 
 // newApp builds the command tree (tests run it in-process).
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "sinf",
 		Usage: "turn HuggingFace LLM checkpoints into pre-sliced sparse checkpoints (.sinf) and run them",
 		Commands: []*cli.Command{
@@ -54,6 +56,8 @@ func newApp() *cli.App {
 		},
 		HideHelpCommand: true,
 	}
+	runcmd.Strict(app)
+	return app
 }
 
 // showProgress reports whether a command draws progress bars: not with
@@ -71,19 +75,58 @@ func showProgress(c *cli.Context) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// plural returns "1 file", "2 files".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
+// dataHint adds to a missing data file's error where the data was looked
+// for and where it is: the repository ships samples of only three built-in
+// tasks.
+func dataHint(err error, dir string) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	if abs, aerr := filepath.Abs(dir); aerr == nil {
+		dir = abs
+	}
+	return fmt.Errorf("%w (data folder %s: give --data-dir, or set $SINF_DATA to, a folder with the full data, such as the shared data beside a checkout; the repository's testdata/data holds only tinystories, wikitext2 and xsum)", err, dir)
 }
 
-// dataHint adds to a missing data file's error where the data is: the
-// repository ships samples of only three built-in tasks.
-func dataHint(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w (testdata/data has only tinystories, wikitext2 and xsum; give --data-dir a full copy, such as ../shared/data)", err)
+// intFlag is an integer flag's lower bound and what its smallest value
+// means, for checkInts.
+type intFlag struct {
+	name  string
+	min   int
+	means string // "" or, e.g., "0: all"
+}
+
+// checkInts refuses an integer flag below its bound before the command
+// reads anything, in one form for every command: "--limit -1: want ≥ 0
+// (0: all)".
+func checkInts(c *cli.Context, flags ...intFlag) error {
+	for _, f := range flags {
+		if v := c.Int(f.name); v < f.min {
+			if f.means != "" {
+				return fmt.Errorf("--%s %d: want ≥ %d (%s)", f.name, v, f.min, f.means)
+			}
+			return fmt.Errorf("--%s %d: want ≥ %d", f.name, v, f.min)
+		}
 	}
-	return err
+	return nil
+}
+
+// checkOutFile checks, before the work, that an --out file can be written:
+// the path is not a folder and a file can be created beside it (the output
+// is written to a temporary file there, then renamed).
+func checkOutFile(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--out %s is a folder; give a file name", path)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".sinf-write-check-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("--out %s: cannot create a file in %s: %w", path, dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

@@ -20,10 +20,22 @@ import (
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
-// defaultDataDir is where built-in datasets are read from: $SINF_DATA, else
-// the first of testdata/data (the samples shipped in the repository) and
-// ../shared/data that exists.
-func defaultDataDir() string {
+// dataDirFlag is --data-dir of profile, eval and study. Its default is
+// resolved when the command runs (dataDir), so the help shows the rule, not
+// the folder the help happened to be printed in.
+func dataDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "data-dir", Usage: "folder of the built-in datasets' files",
+		DefaultText: "$SINF_DATA, else ../shared/data or testdata/data, the first that exists under the current folder"}
+}
+
+// dataDir returns --data-dir, else $SINF_DATA, else the first of
+// ../shared/data (the full data, beside a checkout) and testdata/data (the
+// samples shipped in the repository) that exists under the current folder,
+// else testdata/data.
+func dataDir(c *cli.Context) string {
+	if d := c.String("data-dir"); d != "" {
+		return d
+	}
 	if d := os.Getenv("SINF_DATA"); d != "" {
 		return d
 	}
@@ -50,21 +62,20 @@ func profileCommand() *cli.Command {
 			&cli.StringFlag{Name: "shard", Usage: "I/N: profile every N-th prompt starting at I (for job arrays)"},
 			&cli.IntFlag{Name: "batch", Value: 1, Usage: "prompts profiled at once"},
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads per prompt in flight (0: the physical cores this process may use / --batch)"},
-			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
+			dataDirFlag(),
 			&cli.StringFlag{Name: "out", Required: true, Usage: "score file to write (safetensors)"},
 			&cli.IntFlag{Name: "chunk-size", Usage: "also write one score file per K consecutive prompts (OUT.chunkNNN) for the within-task analysis"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		}, splitFlags(dataset.SplitProfile)...),
 		Action: func(c *cli.Context) error {
-			switch {
-			case c.Int("limit") < 0:
-				return fmt.Errorf("--limit %d: want ≥ 0 (0: all prompts)", c.Int("limit"))
-			case c.Int("batch") < 1:
-				return fmt.Errorf("--batch %d: want ≥ 1", c.Int("batch"))
-			case c.Int("max-new-tokens") < 0:
-				return fmt.Errorf("--max-new-tokens %d: want ≥ 0", c.Int("max-new-tokens"))
+			if err := checkInts(c, intFlag{"limit", 0, "0: all"}, intFlag{"batch", 1, ""}, intFlag{"max-new-tokens", 0, ""},
+				intFlag{"chunk-size", 0, "0: no chunk files"}); err != nil {
+				return err
 			}
 			if err := runcmd.CheckThreads(c); err != nil {
+				return err
+			}
+			if err := checkHFDir("profile", c.String("model")); err != nil {
 				return err
 			}
 			if fo, err := os.Stat(c.String("out")); err == nil {
@@ -82,10 +93,8 @@ func profileCommand() *cli.Command {
 					return fmt.Errorf("--shard: %w", err)
 				}
 			}
-			if d := filepath.Dir(c.String("out")); d != "" {
-				if _, err := os.Stat(d); err != nil {
-					return fmt.Errorf("--out: %w", err)
-				}
+			if err := checkOutFile(c.String("out")); err != nil {
+				return err
 			}
 			ck, m, err := hf.Load(c.String("model"))
 			if err != nil {
@@ -100,9 +109,9 @@ func profileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			task, examples, err := dataset.LoadSelection(c.String("dataset"), c.String("data-dir"), sel)
+			task, examples, err := dataset.LoadSelection(c.String("dataset"), dataDir(c), sel)
 			if err != nil {
-				return dataHint(err)
+				return dataHint(err, dataDir(c))
 			}
 			if examples, err = dataset.Shard(examples, si, sn); err != nil {
 				return fmt.Errorf("--shard: %w", err)
@@ -175,6 +184,9 @@ func mergeCommand() *cli.Command {
 			&cli.IntFlag{Name: "print-top", Usage: "print the top K neurons of each layer"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := checkInts(c, intFlag{"print-top", 0, "0: print nothing"}); err != nil {
+				return err
+			}
 			ins := c.Args().Slice()
 			if len(ins) == 0 {
 				return errors.New("give score files to merge")
@@ -191,7 +203,7 @@ func mergeCommand() *cli.Command {
 				if err := scores.Write(out, merged); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, tasks %v, %d input + %d generated tokens\n", out, plural(len(ins), "file"), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
+				fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, tasks %v, %d input + %d generated tokens\n", out, runcmd.Plural(len(ins), "file"), merged.Tasks(), merged.InputTokens, merged.GeneratedTokens)
 			} else if c.Int("print-top") == 0 {
 				return errors.New("give --out FILE or --print-top K")
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
@@ -30,6 +31,9 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 	}
 	if !fi.IsDir() {
 		return runcmd.OpenSinf(path, verify)
+	}
+	if verify {
+		return nil, fmt.Errorf("--verify checks the checksums of a .sinf file; %s is an HF checkpoint folder, which stores none", path)
 	}
 	ck, m, tok, err := hf.LoadModel(path)
 	if err != nil {
@@ -75,4 +79,19 @@ func tokenizeCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checkHFDir refuses, before it is opened, a --model path that is not an HF
+// checkpoint folder: a .sinf file (which the command cannot take back apart)
+// or another file; opening config.json under a file says only "not a
+// directory".
+func checkHFDir(command, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.IsDir() {
+		return err
+	}
+	if format.IsSinf(path) {
+		return fmt.Errorf("--model %s is a .sinf file: sinf %s reads the HF checkpoint folder (config.json, *.safetensors, tokenizer.json) it was made from; sinf run, eval and bench take .sinf files", path, command)
+	}
+	return fmt.Errorf("--model %s is a file: sinf %s reads an HF checkpoint folder (config.json, *.safetensors, tokenizer.json)", path, command)
 }

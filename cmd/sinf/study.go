@@ -47,7 +47,7 @@ func studyCommand() *cli.Command {
 			&cli.Float64Flag{Name: "phi", Value: 0.4, Usage: "phi of the sparse rows"},
 			&cli.Float64Flag{Name: "alpha", Value: 0.2, Usage: "alpha of the sparse rows"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random-loading and γ=1 files"},
-			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
+			dataDirFlag(),
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage + "; per run"},
 			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings)"},
 			&cli.BoolFlag{Name: "no-sweeps", Usage: "only the table rows"},
@@ -67,12 +67,18 @@ func studyCommand() *cli.Command {
 			if len(tasks) == 0 {
 				return errors.New("--tasks: give at least one task")
 			}
+			if err := checkInts(c, intFlag{"limit", 0, "0: all"}, intFlag{"context", 0, runcmd.ContextZero}); err != nil {
+				return err
+			}
 			if err := runcmd.CheckThreads(c); err != nil {
+				return err
+			}
+			if err := checkHFDir("study", c.String("model")); err != nil {
 				return err
 			}
 			opt := eval.StudyOptions{
 				Model: c.String("model"), TaskScores: c.String("task-scores"), ModelScores: c.String("model-scores"),
-				Tasks: tasks, Limit: c.Int("limit"), DataDir: c.String("data-dir"), Out: c.String("out"),
+				Tasks: tasks, Limit: c.Int("limit"), DataDir: dataDir(c), Out: c.String("out"),
 				FirstLayer: c.Int("first-layer"), LastLayer: c.Int("last-layer"),
 				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
 				Gamma:         c.Float64("gamma"), Delta: c.Float64("delta"), Phi: c.Float64("phi"), Alpha: c.Float64("alpha"),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/synth"
 	"github.com/selectinfer/sinf/format"
@@ -56,7 +57,7 @@ func synthCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %d parameters in %s (%s), vocab %d — %s\n",
-				rep.Dir, shape.Model, rep.Params, plural(len(rep.Files), "file"), human(rep.Bytes), rep.Vocab, rep.Note)
+				rep.Dir, shape.Model, rep.Params, runcmd.Plural(len(rep.Files), "file"), human(rep.Bytes), rep.Vocab, rep.Note)
 			if rep.Vocab != shape.Vocab {
 				fmt.Fprintf(c.App.ErrWriter, "note: vocab_size %d differs from the real model's %d (the tokenizer defines %d ids); --vocab %d gives the exact real shape\n",
 					rep.Vocab, shape.Vocab, rep.TokenizerVocab, shape.Vocab)

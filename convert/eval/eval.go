@@ -164,7 +164,7 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 	}
 	c := m.Config
 	res := &Result{Task: t.Name, Kind: t.Kind, Metrics: map[string]float64{}, Context: e.ctx,
-		KVBytes: int64(2 * c.Layers * e.ctx * c.KVHeads * c.HeadDim * 4)}
+		KVBytes: runtime.KVCacheBytes(c, e.ctx)}
 	start := time.Now()
 	switch t.Kind {
 	case dataset.KindQA, dataset.KindTranslation, dataset.KindSummarization:

@@ -311,7 +311,7 @@ func (s *study) plot(group, path, xlabel, title, key string, pts []sweepPoint) e
 		return nil
 	}
 	p := plot.New()
-	p.Title.Text = title
+	p.Title.Text = strings.Replace(title, " (", "\n(", 1) // the settings on a second line: one line is wider than the figure
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = key
 	p.Add(plotter.NewGrid())
@@ -324,15 +324,19 @@ func (s *study) plot(group, path, xlabel, title, key string, pts []sweepPoint) e
 	points.Shape = draw.CircleGlyph{}
 	p.Add(line, points)
 	p.Legend.Add("SelectInfer", line, points)
-	lo, hi := pts[0].x, pts[len(pts)-1].x
+	// The x range with room on both sides, so the first and last points
+	// stand clear of the axis and the edge.
+	pad := max(0.04*(pts[len(pts)-1].x-pts[0].x), 0.02) // 0.02: one point (x are fractions of N)
+	lo, hi := pts[0].x-pad, pts[len(pts)-1].x+pad
 	if group == GroupLayers {
 		names := make([]string, len(pts))
 		for i, pt := range pts {
 			names[i] = pt.label
 		}
 		p.NominalX(names...)
-		lo, hi = -0.25, float64(len(pts))-0.75
+		lo, hi = -0.5, float64(len(pts))-0.5
 	}
+	p.X.Min, p.X.Max = lo, hi
 	if dense := s.tableRun("dense", s.opt.SweepTask); dense != nil {
 		v := dense.Metrics[key]
 		ref, err := plotter.NewLine(plotter.XYs{{X: lo, Y: v}, {X: hi, Y: v}})
@@ -344,20 +348,29 @@ func (s *study) plot(group, path, xlabel, title, key string, pts []sweepPoint) e
 		p.Add(ref)
 		p.Legend.Add("Dense", ref)
 	}
-	p.Y.Max += 0.15 * (p.Y.Max - p.Y.Min) // room for the legend
-	p.Legend.Top = true
+	span := p.Y.Max - p.Y.Min
+	p.Y.Max += 0.2 * span  // room for the legend
+	p.Y.Min -= 0.05 * span // the dense line clear of the axis
+	// Top left, text after the icons: a renderer whose font is wider than
+	// the one measured (rsvg without Liberation Serif) runs the text into
+	// empty space, not into the icons.
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(6), -vg.Points(4)
 	return savePlot(p, path, 7*vg.Inch, 4.5*vg.Inch)
 }
 
-// savePlot writes p to path (atomically) in the format of path's extension:
-// SVG, PNG or PDF, w × h.
+// savePlot writes p to path (atomically) in the format of path's extension,
+// SVG, PNG or PDF, w × h, with margins: gonum draws the data area to the
+// canvas's right edge, which cut the legend and the last point, and the y
+// label at its left edge.
 func savePlot(p *plot.Plot, path string, w, h vg.Length) error {
-	wt, err := p.WriterTo(w, h, strings.TrimPrefix(filepath.Ext(path), "."))
+	c, err := draw.NewFormattedCanvas(w, h, strings.TrimPrefix(filepath.Ext(path), "."))
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	p.Draw(draw.Crop(draw.New(c), vg.Points(6), -vg.Inch/4, 0, 0))
 	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
+	if _, err := c.WriteTo(&buf); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return WriteAtomic(path, buf.Bytes())

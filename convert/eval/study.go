@@ -320,6 +320,9 @@ func newStudy(opt StudyOptions) (*study, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.Context > cfg.MaxPositions { // each evaluation would refuse it, after the first conversions
+		return nil, fmt.Errorf("--context %d: above the model's max_position_embeddings %d", opt.Context, cfg.MaxPositions)
+	}
 	s := &study{opt: opt, cfg: cfg, ensured: map[string]bool{}}
 	if opt.ExplicitRange {
 		if s.lo, s.hi, err = convert.ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, true); err != nil {
@@ -597,6 +600,9 @@ func (s *study) run() (*Results, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
+	if err := s.checkScores(); err != nil {
+		return nil, err
+	}
 	todo := 0
 	for _, p := range s.plan {
 		if _, r := s.find(p.ID); !(finished(r) && r.Key == p.Key) {
@@ -682,12 +688,8 @@ func (s *study) ensure(fs fileSpec) error {
 	if s.ensured[path] {
 		return nil
 	}
-	if s.ck == nil {
-		ck, err := hf.Open(s.opt.Model)
-		if err != nil {
-			return err
-		}
-		s.ck, s.digest = ck, "sha256:"+ck.Digest()
+	if err := s.openCheckpoint(); err != nil {
+		return err
 	}
 	if _, err := os.Stat(path); err == nil {
 		why := s.check(path, fs)
@@ -722,6 +724,40 @@ func (s *study) ensure(fs fileSpec) error {
 	}
 	s.logf("converted %s (%d bytes, %.1f s)", path, rep.Bytes, time.Since(start).Seconds())
 	s.ensured[path] = true
+	return nil
+}
+
+// openCheckpoint maps the HF checkpoint once (s.ck) and digests its
+// weights (s.digest, which reused files must record).
+func (s *study) openCheckpoint() error {
+	if s.ck != nil {
+		return nil
+	}
+	ck, err := hf.Open(s.opt.Model)
+	if err != nil {
+		return err
+	}
+	s.ck, s.digest = ck, "sha256:"+ck.Digest()
+	return nil
+}
+
+// checkScores reads the score files and checks them against the model
+// (convert.CheckScores) before the first evaluation, when a slim file is
+// still to be converted; else a study whose scores belong to another model
+// would fail only after its first runs.
+func (s *study) checkScores() error {
+	for _, p := range s.plan {
+		if _, r := s.find(p.ID); finished(r) && r.Key == p.Key || p.fs.kind != FileSlim {
+			continue
+		}
+		if err := s.openCheckpoint(); err != nil {
+			return err
+		}
+		if err := s.readScores(); err != nil {
+			return err
+		}
+		return convert.CheckScores(s.ck, s.taskSc, s.modelSc, s.opt.TaskScores, s.opt.ModelScores)
+	}
 	return nil
 }
 

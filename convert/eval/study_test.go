@@ -3,6 +3,7 @@ package eval_test
 import (
 	"bytes"
 	"encoding/json"
+	"image"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/selectinfer/sinf/convert/profile"
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/internal/rsvgtest"
 	"github.com/selectinfer/sinf/internal/sharedtest"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
@@ -126,6 +128,19 @@ func TestStudy(t *testing.T) {
 		st, err := os.Stat(filepath.Join(out, f))
 		require.NoError(t, err, f)
 		assert.Positive(t, st.Size(), f)
+	}
+	// Each figure as a viewer draws it (rsvg-convert, when installed):
+	// nothing touches the left or right edge (the legend and the title were
+	// cut at the right), and the curve is drawn.
+	for _, f := range []string{"fig10_phi.svg", "fig10_gamma.svg", "fig9_delta.svg", "fig8_layers.svg"} {
+		img, ok := rsvgtest.Render(t, filepath.Join(out, f))
+		if !ok {
+			break
+		}
+		w, h := img.Bounds().Dx(), img.Bounds().Dy()
+		assert.True(t, rsvgtest.Blank(img, image.Rect(w-4, 0, w, h)), "%s: something touches the right edge", f)
+		assert.True(t, rsvgtest.Blank(img, image.Rect(0, 0, 2, h)), "%s: something touches the left edge", f)
+		assert.Greater(t, rsvgtest.Hues(img, image.Rect(w/10, h/10, w*9/10, h*9/10)), 4, "%s: no curve drawn", f)
 	}
 	table, err := os.ReadFile(filepath.Join(out, "table.md"))
 	require.NoError(t, err)

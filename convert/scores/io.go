@@ -88,14 +88,12 @@ var failBeforeRename func(tmp string) error
 // write, flush, fsync, close, rename, then fsync the folder (best effort).
 // On error the temporary file is removed and path is untouched.
 func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := format.CreateTemp(dir, "."+base+".tmp-*")
+	dir := filepath.Dir(path)
+	tmp, release, err := format.CreateTemp(path)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	defer release() // after the rename or the removal below
 	tmpName := tmp.Name()
 	defer func() {
 		if err != nil {
@@ -140,6 +138,9 @@ func writeAtomic(path string, write func(io.Writer) error) (err error) {
 // malformed metadata value, a missing, extra, non-F64 or wrong-shaped score
 // tensor, layers inconsistent with the tensors.
 func Read(path string) (*File, error) {
+	if format.IsSinf(path) { // before reading what may be gigabytes; its first bytes as a header length say "header too large"
+		return nil, fmt.Errorf("%s: %w: it is a .sinf model file (score files come from sinf profile and sinf merge)", path, ErrNotScoreFile)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -6,9 +6,11 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/palette"
 	"gonum.org/v1/plot/palette/moreland"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -61,6 +63,9 @@ func (r *Report) WritePlot(path string) error {
 	grid.Vertical.Width = 0
 	bars.Add(grid, bc)
 	bars.NominalX(names...)
+	// Half a column of room on each side, so the first and last bars stand
+	// clear of the edges (the bars' width is in points, not data units).
+	bars.X.Min, bars.X.Max = -0.5, float64(len(means))-0.5
 
 	// Heat map with its colour bar.
 	lo, hi := math.Inf(1), math.Inf(-1)
@@ -85,20 +90,32 @@ func (r *Report) WritePlot(path string) error {
 	heat.NominalX(names...)
 	heat.Y.Min, heat.Y.Max = -0.5, float64(layers)-0.5
 	heat.X.Min, heat.X.Max = -0.5, float64(len(columns))-0.5
+	heat.Y.Tick.Marker = layerTicks(layers)
 
+	// The colour bar is drawn as rectangles: plotter.ColorBar embeds a PNG
+	// that the SVG backend labels image/jpg, which SVG renderers (rsvg)
+	// refuse to draw.
 	bar := plot.New()
 	bar.HideY()
 	bar.X.Label.Text = "overlap"
-	bar.Add(&plotter.ColorBar{ColorMap: cm})
+	bar.Add(colorBar{cm: cm, steps: 128})
+	bar.X.Min, bar.X.Max = lo, hi
 
+	w := vg.Length(math.Max(6, 1+0.9*float64(len(names)))) * vg.Inch
+	// Labels wider than their column are turned, so neighbours do not run
+	// into each other.
+	col := (w - 1.2*vg.Inch) / vg.Length(len(names))
 	for _, p := range []*plot.Plot{bars, heat} {
-		if len(names) > 4 {
+		widest := vg.Length(0)
+		for _, n := range names {
+			widest = max(widest, p.X.Tick.Label.Width(n))
+		}
+		if widest > 0.9*col {
 			p.X.Tick.Label.Rotation = math.Pi / 6
 			p.X.Tick.Label.XAlign = draw.XRight
 		}
 	}
 
-	w := vg.Length(math.Max(6, 1+0.9*float64(len(names)))) * vg.Inch
 	h := 9 * vg.Inch
 	var canvas vg.CanvasWriterTo
 	if ext == ".svg" {
@@ -109,8 +126,12 @@ func (r *Report) WritePlot(path string) error {
 	dc := draw.New(canvas)
 	barH := h * 0.42
 	cbH := h * 0.1
-	bars.Draw(draw.Crop(dc, 0, 0, h-barH, 0))
-	heat.Draw(draw.Crop(dc, 0, 0, cbH, -barH))
+	// Margins: the last column would touch the right edge, the y labels the
+	// left one.
+	left, right := vg.Points(6), -vg.Inch/4
+	gap := vg.Inch / 6 // between the panels: tick labels, then a title
+	bars.Draw(draw.Crop(dc, left, right, h-barH, 0))
+	heat.Draw(draw.Crop(dc, left, right, cbH+gap, -(barH + gap)))
 	bar.Draw(draw.Crop(dc, w*0.15, -w*0.15, 0, -(h - cbH)))
 	return writeAtomic(path, func(out io.Writer) error {
 		_, err := canvas.WriteTo(out)
@@ -125,3 +146,47 @@ func (g heatGrid) Dims() (c, r int)   { return len(g), len(g[0]) }
 func (g heatGrid) Z(c, r int) float64 { return g[c][r] }
 func (g heatGrid) X(c int) float64    { return float64(c) }
 func (g heatGrid) Y(r int) float64    { return float64(r) }
+
+// layerTicks marks each layer of the heat map at its row's centre, labelled
+// with its index (model.layers.N), every layer up to 16 and evenly spaced
+// labels above.
+type layerTicks int
+
+func (n layerTicks) Ticks(_, _ float64) []plot.Tick {
+	step := max(1, (int(n)+15)/16)
+	ticks := make([]plot.Tick, int(n))
+	for l := range ticks {
+		ticks[l].Value = float64(l)
+		if l%step == 0 {
+			ticks[l].Label = strconv.Itoa(l)
+		}
+	}
+	return ticks
+}
+
+// colorBar draws a colour map's range [Min, Max] as steps filled
+// rectangles along x (y from 0 to 1), a vector colour bar.
+type colorBar struct {
+	cm    palette.ColorMap
+	steps int
+}
+
+func (b colorBar) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	lo, hi := b.cm.Min(), b.cm.Max()
+	d := (hi - lo) / float64(b.steps)
+	for i := range b.steps {
+		v := lo + (float64(i)+0.5)*d
+		col, err := b.cm.At(v)
+		if err != nil {
+			continue
+		}
+		x0, x1 := trX(lo+float64(i)*d), trX(min(hi, lo+float64(i+1)*d+d/2)) // overlap half a step: no seams
+		y0, y1 := trY(0), trY(1)
+		c.FillPolygon(col, c.ClipPolygonXY([]vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}}))
+	}
+}
+
+func (b colorBar) DataRange() (xmin, xmax, ymin, ymax float64) {
+	return b.cm.Min(), b.cm.Max(), 0, 1
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"image"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/nlpodyssey/safetensors"
 	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/internal/rsvgtest"
 )
 
 const testDigest = "4f1c0ffee0000000000000000000000000000000000000000000000000000001"
@@ -779,4 +782,53 @@ func TestWriteInterrupted(t *testing.T) {
 	require.ErrorIs(t, r.WritePlot(filepath.Join(dir, "p.svg")), injected)
 	failBeforeRename = nil
 	requireOnly(t, dir, "s.safetensors", "blocked")
+}
+
+// TestPlotRenders draws overlap figures and renders them as a viewer would
+// (rsvg-convert; skipped without it): the colour bar is vector shapes that
+// rsvg draws (plotter.ColorBar's PNG, labelled image/jpg, was not drawn), the
+// heat map's layer axis reads whole layers at the rows (not -0.5, 0.5, ...),
+// and nothing touches the left or right edge. SINF_FIGURES=DIR keeps the
+// PNGs.
+func TestPlotRenders(t *testing.T) {
+	x := &File{ModelDigest: testDigest, Scores: [][]float64{{9, 8, 0, 0, 0}, {0, 0, 0, 8, 9}}}
+	y := &File{ModelDigest: testDigest, Scores: [][]float64{{0, 8, 9, 0, 0}, {0, 0, 0, 9, 8}}}
+	z := &File{ModelDigest: testDigest, Scores: [][]float64{{0, 9, 0, 0, 8}, {9, 8, 0, 0, 0}}}
+	r3, err := BuildReport([]string{"tinystories", "squad_v2", "wikitext2"}, []*File{x, y, z}, 0.4)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(19, 20))
+	a, b := rawFile(rng, "a", "d", 32, 64, 10, 10, 1), rawFile(rng, "b", "d", 32, 64, 10, 10, 1)
+	r32, err := BuildReport([]string{"a", "b"}, []*File{a, b}, 0.4)
+	require.NoError(t, err)
+	dir := rsvgtest.Dir(t)
+	for _, c := range []struct {
+		name   string
+		r      *Report
+		labels []string // layer tick labels
+		not    []string
+	}{
+		{"overlap-3files", r3, []string{"0", "1"}, []string{"-0.5", "1.5"}},
+		{"overlap-32layers", r32, []string{"0", "2", "30"}, []string{"-0.5", "31", "31.5"}},
+	} {
+		svg := filepath.Join(dir, c.name+".svg")
+		require.NoError(t, c.r.WritePlot(svg))
+		data, err := os.ReadFile(svg)
+		require.NoError(t, err)
+		require.NotContains(t, string(data), "<image", "%s: the colour bar is an embedded picture", c.name)
+		for _, l := range c.labels {
+			require.Contains(t, string(data), ">"+l+"</text>", c.name)
+		}
+		for _, l := range c.not {
+			require.NotContains(t, string(data), ">"+l+"</text>", c.name)
+		}
+		img, ok := rsvgtest.Render(t, svg)
+		if !ok {
+			continue
+		}
+		bd := img.Bounds()
+		w, h := bd.Dx(), bd.Dy()
+		require.Greater(t, rsvgtest.Hues(img, image.Rect(w/5, h*9/10, w*4/5, h)), 64, "%s: no colour bar drawn", c.name)
+		require.True(t, rsvgtest.Blank(img, image.Rect(w-4, 0, w, h)), "%s: something touches the right edge", c.name)
+		require.True(t, rsvgtest.Blank(img, image.Rect(0, 0, 2, h)), "%s: something touches the left edge", c.name)
+	}
 }

@@ -292,10 +292,11 @@ func (g *generator) writeFile(path string, tensors []Tensor, meta map[string]str
 	if err != nil {
 		return 0, err
 	}
-	tmp, err := format.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	tmp, release, err := format.CreateTemp(path)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %w", path, err)
 	}
+	defer release() // after the rename or the removal below
 	ok := false
 	defer func() {
 		if !ok {
@@ -504,10 +505,11 @@ func writeJSON(path string, v any) error {
 
 // writeAtomic writes data to path through a temporary file renamed on success.
 func writeAtomic(path string, data []byte) error {
-	tmp, err := format.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	tmp, release, err := format.CreateTemp(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
+	defer release()
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())

@@ -549,6 +549,16 @@ var (
 	gemmPackBytes = 4 << 20
 )
 
+// PackScratchBytes is the GEMM packing buffer each of threads kernel threads
+// holds once a prefill multiplies a matrix of rows rows of cols columns:
+// a panel of its chunk of rows (4 chunks per thread), at most
+// gemmPackBytes. runtime.EstimateMemory counts it.
+func PackScratchBytes(threads, rows, cols int) int64 {
+	th := max(threads, 1)
+	chunk := (rows + 4*th - 1) / (4 * th)
+	return int64(th) * min(int64(gemmPackBytes), int64(chunk)*int64(min(cols, gemmKC))*4)
+}
+
 // matMulTRange computes dst[t, c] for columns c in [lo, hi) and every token t.
 // Tokens go tt at a time through the tt×tc micro-kernel; the last partial
 // group and the last partial panel of a block go through zero-padded scratch.

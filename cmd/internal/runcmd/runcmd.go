@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -39,12 +41,28 @@ type Opener func(path string, verify bool) (*Loaded, error)
 // OpenSinf maps a .sinf file, optionally verifies every checksum, and builds
 // the model and its embedded tokenizer.
 func OpenSinf(path string, verify bool) (*Loaded, error) {
+	if err := NotFolder(path); err != nil {
+		return nil, err
+	}
 	m, tok, f, err := runtime.Open(path, verify)
 	if err != nil {
 		return nil, err
 	}
 	meta := f.Metadata()
 	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Close: f.Close}, nil
+}
+
+// NotFolder refuses a folder where a .sinf file is expected, naming an HF
+// checkpoint folder as such with the commands that take one (opening it
+// says only "not a regular file").
+func NotFolder(path string) error {
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(path, "config.json")); err == nil {
+		return fmt.Errorf("%s is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run", path)
+	}
+	return fmt.Errorf("%s is a folder: this takes a .sinf file", path)
 }
 
 // Flags are the run flags common to sinf run and sinf-run.
@@ -72,7 +90,7 @@ func Flags() []cli.Flag {
 // sinf-run, bench and eval share them.
 func SparsityFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense, coreinfer or gatefirst (default: selectinfer for a sliced .sinf file, else dense)"},
+		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense, coreinfer or gatefirst (default: selectinfer for a .sinf file that drops neurons, else dense)"},
 		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers (gatefirst: up and down rows; it reads every stored gate row)"},
 		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 	}
@@ -91,6 +109,23 @@ type Report struct {
 	ComputedNeurons   []int      `json:"computed_neurons"`
 	MappedBytes       int64      `json:"mapped_bytes"`
 	Device            DeviceInfo `json:"device"`
+	// FinishReason says why generation stopped: "eos" (the model emitted
+	// an end-of-sequence id, kept in ids), "length" (--max-tokens) or
+	// "context" (the KV cache was full: raise --context).
+	FinishReason string `json:"finish_reason"`
+}
+
+// finishReason derives Report.FinishReason from a generation's result, as
+// Session.Generate stops: EOS first, then the token limit, else the end of
+// the context.
+func finishReason(res runtime.Result, eos []int, maxTokens int) string {
+	switch {
+	case len(res.IDs) > 0 && slices.Contains(eos, res.IDs[len(res.IDs)-1]):
+		return "eos"
+	case len(res.IDs) >= maxTokens:
+		return "length"
+	}
+	return "context"
 }
 
 // DeviceInfo says where a run computed: "cpu" with its threads, or "cuda"
@@ -165,6 +200,9 @@ func Action(open Opener) cli.ActionFunc {
 			return err
 		}
 		defer l.Close()
+		if err := CheckContext(c, l.Model); err != nil {
+			return err
+		}
 		sp, err := Sparsity(c, l.Model)
 		if err != nil {
 			return err
@@ -212,31 +250,51 @@ func Action(open Opener) cli.ActionFunc {
 		rep := Report{PromptIDs: res.PromptIDs, IDs: res.IDs, Text: text.String(),
 			PrefillTokensPerS: res.PrefillTokensPerS, DecodeTokensPerS: res.DecodeTokensPerS,
 			PeakRSSBytes: runtime.PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
-			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info}
+			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info,
+			FinishReason: finishReason(res, eos, opt.MaxTokens)}
 		if rep.IDs == nil {
 			rep.IDs = []int{}
 		}
 		if asJSON {
-			return json.NewEncoder(c.App.Writer).Encode(rep)
+			if err := json.NewEncoder(c.App.Writer).Encode(rep); err != nil {
+				return err
+			}
+		} else {
+			out.WriteString(rest + "\n")
+			out.Flush()
 		}
-		out.WriteString(rest + "\n")
-		out.Flush()
-		Summary(c.App.ErrWriter, l, rep)
+		if rep.FinishReason == "context" {
+			fmt.Fprintf(c.App.ErrWriter, "note: generation stopped at the end of the context (%d positions) after %s; raise --context for more\n",
+				s.Context(), Plural(len(res.IDs), "token"))
+		}
+		if !asJSON {
+			Summary(c.App.ErrWriter, l, rep)
+		}
 		return nil
 	}
 }
 
 // Sparsity reads --mode, --phi and --alpha and validates them against m.
+// Without --mode, a model with a sliced layer that drops neurons runs
+// selectinfer; any other runs dense, and a file whose sliced layers keep
+// every neuron (γ = 1, the dense baseline) says so on the error stream.
 func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	sp := runtime.Sparsity{Phi: c.Float64("phi"), Alpha: c.Float64("alpha")}
 	mode := c.String("mode")
 	if mode == "" {
 		mode = "dense"
+		sliced := false
 		for i := range m.Layers {
-			if m.Layers[i].MLP.Sliced {
-				mode = "selectinfer"
-				break
+			if f := &m.Layers[i].MLP; f.Sliced {
+				sliced = true
+				if f.Kept() < m.Config.Intermediate {
+					mode = "selectinfer"
+					break
+				}
 			}
+		}
+		if sliced && mode == "dense" {
+			fmt.Fprintln(c.App.ErrWriter, "note: the file keeps every FFN neuron of its sliced layers (gamma 1), so it runs dense; give --mode selectinfer or coreinfer for sparse decode")
 		}
 	}
 	var err error
@@ -249,6 +307,19 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	return sp, nil
 }
 
+// ContextZero says what --context 0 means in run, sinf-run, eval and study.
+const ContextZero = "0: the model's max_position_embeddings"
+
+// CheckContext refuses a --context above the model's max_position_embeddings
+// (positions the model was not trained for; the session would otherwise
+// clamp it without a word).
+func CheckContext(c *cli.Context, m *runtime.Model) error {
+	if n, most := c.Int("context"), m.Config.MaxPositions; n > most {
+		return fmt.Errorf("--context %d: above the model's max_position_embeddings %d", n, most)
+	}
+	return nil
+}
+
 // checkFlags rejects out-of-range sampling and resource flags.
 func checkFlags(c *cli.Context) error {
 	if err := CheckThreads(c); err != nil {
@@ -258,7 +329,7 @@ func checkFlags(c *cli.Context) error {
 	case c.Int("max-tokens") < 0:
 		return fmt.Errorf("--max-tokens %d: want ≥ 0", c.Int("max-tokens"))
 	case c.Int("context") < 0:
-		return fmt.Errorf("--context %d: want ≥ 0 (0: the model's max_position_embeddings)", c.Int("context"))
+		return fmt.Errorf("--context %d: want ≥ 0 (%s)", c.Int("context"), ContextZero)
 	case !(c.Float64("temperature") >= 0):
 		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", c.Float64("temperature"))
 	case c.Int("top-k") < 0:
@@ -341,3 +412,11 @@ func CheckThreads(c *cli.Context) error {
 
 // ThreadsUsage is the --threads flag's usage text: what 0 means.
 const ThreadsUsage = "kernel threads (0: the physical cores this process may use, within its CPU affinity and cgroup quota)"
+
+// Plural returns "1 token", "2 tokens".
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

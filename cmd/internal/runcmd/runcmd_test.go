@@ -58,6 +58,16 @@ func TestJSONReport(t *testing.T) {
 	for _, key := range []string{"prompt_ids", "ids", "text", "prefill_tokens_per_s", "decode_tokens_per_s", "peak_rss_bytes", "loaded_neurons", "computed_neurons", "mapped_bytes"} {
 		require.Contains(t, out, `"`+key+`"`)
 	}
+	require.Equal(t, "length", r.FinishReason)
+	// A context of 8 positions holds the 6 prompt tokens and the first 2
+	// generated ones; the third is sampled from the last position, never
+	// fed. Generation stops there, and says so.
+	out, stderr, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "8", "--json", "--context", "8")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "context", r.FinishReason)
+	require.Len(t, r.IDs, 3)
+	require.Equal(t, "note: generation stopped at the end of the context (8 positions) after 3 tokens; raise --context for more\n", stderr)
 	// Dense mode computes every loaded neuron.
 	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json", "--mode", "dense")
 	require.NoError(t, err)
@@ -104,10 +114,39 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--model", newer}, "version"},
 		{[]string{"--model", corrupt, "--verify"}, "model.layers.1.mlp.up_proj.weight"},
 		{[]string{"--model", filepath.Join(t.TempDir(), "missing.sinf")}, "missing.sinf"},
+		{[]string{"--model", sharedtest.Path(t, "models", "tinystories-656k")}, sharedtest.Path(t, "models", "tinystories-656k") +
+			" is an HF checkpoint folder: this takes a .sinf file; make one with sinf convert, or run the folder with sinf run"},
+		{[]string{"--model", t.TempDir()}, "is a folder: this takes a .sinf file"},
 	} {
 		args := append([]string{"--model", file, "--prompt", "Once upon a time", "--max-tokens", "2"}, c.args...)
 		_, _, err := run(args...)
 		require.Error(t, err, "%v", c.args)
 		require.Contains(t, err.Error(), c.want, "%v", c.args)
 	}
+}
+
+// TestFullFileRunsDense: a γ=1 file (every neuron kept, the dense baseline)
+// runs dense unless --mode says otherwise, and says so; --mode selectinfer
+// still runs sparse decode on it.
+func TestFullFileRunsDense(t *testing.T) {
+	ck, err := hf.Open(sharedtest.Path(t, "models", "tinystories-656k"))
+	require.NoError(t, err)
+	defer ck.Close()
+	file := filepath.Join(t.TempDir(), "full.sinf")
+	_, err = convert.Convert(ck, file, convert.Options{Gamma: 1, Delta: 0.3, Random: true, Seed: 1, FirstLayer: 0, LastLayer: 2, ExplicitRange: true})
+	require.NoError(t, err)
+	out, stderr, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json")
+	require.NoError(t, err)
+	var r runcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "dense", r.Mode)
+	require.Equal(t, []int{384, 384}, r.ComputedNeurons)
+	require.Equal(t, "note: the file keeps every FFN neuron of its sliced layers (gamma 1), so it runs dense; give --mode selectinfer or coreinfer for sparse decode\n", stderr)
+
+	out, stderr, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json", "--mode", "selectinfer")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "selectinfer", r.Mode)
+	require.Equal(t, []int{154, 154}, r.ComputedNeurons)
+	require.Empty(t, stderr)
 }
