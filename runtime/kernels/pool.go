@@ -48,6 +48,10 @@ type Pool struct {
 	// testClaim, when set (tests only), runs in a worker before it takes
 	// chunks of a call.
 	testClaim func(worker int)
+	// testFixed, when set (tests only), keeps every thread woken: adapt
+	// does nothing, so a test's outcome does not depend on the machine's
+	// load.
+	testFixed bool
 	parts     [][]float32 // AddRows' partial sums, one per chunk
 	scratch   []*scratch  // one per worker; [0] is the calling goroutine's
 	stats     PoolStats
