@@ -118,13 +118,16 @@ func sparseEqualsMasked(t *testing.T, name string) {
 	require.NoError(t, err)
 	opt := allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, TaskScores: task, ModelScores: model})
 	_, m, _ := convertFile(t, ck, opt)
-	// GateFirst's row weights: the sliced layer's ‖up row‖·‖downT row‖ equal
-	// the whole layer's ‖up row‖·‖down_proj column‖ of the same neuron.
+	// GateFirst's row norms: the sliced layer's ‖up row‖ and ‖downT row‖
+	// equal the whole layer's ‖up row‖ and ‖down_proj column‖ of the same
+	// neuron.
 	for i := range m.Layers {
 		whole, sliced := hm.RowNorms(i), m.RowNorms(i)
-		require.Len(t, sliced, m.Layers[i].MLP.Kept())
+		require.Len(t, sliced.Up, m.Layers[i].MLP.Kept())
+		require.Len(t, sliced.Down, m.Layers[i].MLP.Kept())
 		for j, n := range m.Layers[i].MLP.Index {
-			requireWithin(t, whole[n], sliced[j], 1e-6*float64(whole[n]), "layer %d row %d (neuron %d)", i, j, n)
+			requireWithin(t, whole.Up[n], sliced.Up[j], 1e-6*float64(whole.Up[n]), "layer %d row %d (neuron %d) up", i, j, n)
+			requireWithin(t, whole.Down[n], sliced.Down[j], 1e-6*float64(whole.Down[n]), "layer %d row %d (neuron %d) down", i, j, n)
 		}
 	}
 	for _, mode := range []runtime.Mode{runtime.SelectInfer, runtime.CoreInfer, runtime.GateFirst} {

@@ -41,7 +41,27 @@ func TestMassMatchesFloat64(t *testing.T) {
 			_, err := s.Score(prompt, cont, sp)
 			require.NoError(t, err)
 			ref := newRef64(m)
-			ref.forward(prompt, nil)
+			sumA, sumS := make([][]float64, len(m.Layers)), make([][]float64, len(m.Layers))
+			ref.forward(prompt, nil, func(i int, a, g, u []float64) {
+				if sumA[i] == nil {
+					sumA[i], sumS[i] = make([]float64, len(a)), make([]float64, len(a))
+				}
+				for j := range a {
+					sumA[i][j] += math.Abs(a[j])
+					sumS[i][j] += math.Abs(g[j] / (1 + math.Exp(-g[j])))
+				}
+			})
+			if sp.Mode == runtime.GateFirst {
+				for i := range m.Layers {
+					w := s.GateWeights(i)
+					require.Len(t, w, m.Layers[i].MLP.Kept())
+					down := ref.downNorms(i)
+					for j := range w {
+						want := sumA[i][j] / sumS[i][j] * down[j]
+						require.InEpsilon(t, want, float64(w[j]), 1e-4, "layer %d row %d weight", i, j)
+					}
+				}
+			}
 			want := make([]runtime.LayerMass, len(m.Layers))
 			for _, id := range cont[:len(cont)-1] {
 				ref.forward([]int{id}, func(i int, a []float64, g []float64) []bool {
@@ -49,7 +69,11 @@ func TestMassMatchesFloat64(t *testing.T) {
 					k := 0
 					if sp.Mode == runtime.GateFirst {
 						k = s.PerToken(i)
-						keep = topByWeightedSiLU(g, ref.norms(i), k)
+						w := make([]float64, len(g))
+						for j, v := range s.GateWeights(i) {
+							w[j] = float64(v)
+						}
+						keep = topByWeightedSiLU(g, w, k)
 					} else {
 						for _, r := range s.Active(i) {
 							keep[r] = true
@@ -71,7 +95,7 @@ func TestMassMatchesFloat64(t *testing.T) {
 					}
 					w.Tokens++
 					return keep
-				})
+				}, nil)
 			}
 			for i, w := range want {
 				got := meter.Layers[i]
@@ -107,10 +131,9 @@ func topByWeightedSiLU(g, w []float64, k int) []bool {
 // FFN computes every loaded row, hands a and the gate to pick (decode), and
 // sums only the rows pick keeps.
 type ref64 struct {
-	m      *runtime.Model
-	k, v   [][][]float64 // [layer][pos][kv·hd]
-	pos    int
-	normsC [][]float64
+	m    *runtime.Model
+	k, v [][][]float64 // [layer][pos][kv·hd]
+	pos  int
 }
 
 func newRef64(m *runtime.Model) *ref64 {
@@ -127,24 +150,18 @@ func row64(mat interface{ RowF32([]float32, int) }, cols, r int) []float64 {
 	return out
 }
 
-func (r *ref64) norms(i int) []float64 {
-	if r.normsC == nil {
-		r.normsC = make([][]float64, len(r.m.Layers))
-	}
-	if r.normsC[i] == nil {
-		f := &r.m.Layers[i].MLP
-		for j := 0; j < f.Kept(); j++ {
-			var su, sd float64
-			for _, v := range row64(f.Up, f.Up.Cols, j) {
-				su += v * v
-			}
-			for _, v := range row64(f.DownT, f.DownT.Cols, j) {
-				sd += v * v
-			}
-			r.normsC[i] = append(r.normsC[i], math.Sqrt(su*sd))
+// downNorms returns ‖W_down[:,j]‖₂ per stored row of a sliced layer i.
+func (r *ref64) downNorms(i int) []float64 {
+	f := &r.m.Layers[i].MLP
+	out := make([]float64, f.Kept())
+	for j := range out {
+		var sd float64
+		for _, v := range row64(f.DownT, f.DownT.Cols, j) {
+			sd += v * v
 		}
+		out[j] = math.Sqrt(sd)
 	}
-	return r.normsC[i]
+	return out
 }
 
 func rms64(x []float64, w []float32, eps float64) []float64 {
@@ -171,8 +188,9 @@ func matvec64(mat interface{ RowF32([]float32, int) }, rows, cols int, x []float
 }
 
 // forward feeds tokens one at a time; pick (nil: prefill, every loaded row
-// summed) chooses decode's rows of each sliced layer.
-func (r *ref64) forward(tokens []int, pick func(layer int, a, g []float64) []bool) {
+// summed) chooses decode's rows of each sliced layer; observe (may be nil)
+// sees each sliced layer's a, gate and up of every token.
+func (r *ref64) forward(tokens []int, pick func(layer int, a, g []float64) []bool, observe func(layer int, a, g, u []float64)) {
 	c := r.m.Config
 	H, hd := c.Hidden, c.HeadDim
 	inv := c.RopeInvFreq()
@@ -230,6 +248,9 @@ func (r *ref64) forward(tokens []int, pick func(layer int, a, g []float64) []boo
 			a := make([]float64, f.Kept())
 			for j := range a {
 				a[j] = g[j] / (1 + math.Exp(-g[j])) * u[j]
+			}
+			if observe != nil && f.Sliced {
+				observe(i, a, g, u)
 			}
 			var keep []bool
 			if pick != nil && f.Sliced {

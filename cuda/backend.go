@@ -59,6 +59,8 @@ type backend interface {
 	argmax(out, x Ptr, n int)
 	countTop(counts, act Ptr, T, kept int, alpha float64)
 	selectTop(rows, counts Ptr, kept, static, target int)
+	gateCalib(A, S, a, u Ptr, T, kept int)
+	gateWeights(w, A, S, up, down Ptr, n int)
 	gateScore(keys, g, w Ptr, n int)
 	gatherSiluMul(h, g, rows, u Ptr, n int)
 }

@@ -356,6 +356,14 @@ func (d *device) selectTop(rows, counts Ptr, kept, static, target int) {
 	d.check("select_top", C.sinf_select_top(d.ctx, dp(rows), dp(counts), C.int(kept), C.int(static), C.int(target)))
 }
 
+func (d *device) gateCalib(A, S, a, u Ptr, T, kept int) {
+	d.check("gate_calib", C.sinf_gate_calib(d.ctx, dp(A), dp(S), dp(a), dp(u), C.int(T), C.int(kept)))
+}
+
+func (d *device) gateWeights(w, A, S, up, down Ptr, n int) {
+	d.check("gate_weights", C.sinf_gate_weights(d.ctx, dp(w), dp(A), dp(S), dp(up), dp(down), C.int(n)))
+}
+
 func (d *device) gateScore(keys, g, w Ptr, n int) {
 	d.check("gate_score", C.sinf_gate_score(d.ctx, dp(keys), dp(g), dp(w), C.int(n)))
 }

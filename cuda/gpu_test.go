@@ -394,14 +394,28 @@ func TestKernelSelectTop(t *testing.T) {
 	}
 }
 
-// TestKernelGateFirst: GateFirst's keys (runtime.GateScores' bits), the rows
-// sinf_select_top picks from them, and the gathered SwiGLU, against the CPU.
+// TestKernelGateFirst: GateFirst's calibration sums and row weights
+// (runtime.GateCalib, GateWeights), its keys (runtime.GateScores' bits),
+// the rows sinf_select_top picks from them, and the gathered SwiGLU, against
+// the CPU.
 // Keys are equal except where the device's double exp rounds differently in
 // the last float bit (at most 1 ulp of the key).
 func TestKernelGateFirst(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(13, 1))
 	for _, c := range []struct{ kept, k int }{{269, 96}, {5734, 2048}, {1075, 384}, {40, 40}} {
+		const T = 7
+		a, u := randVec(rng, T*c.kept, 1), randVec(rng, T*c.kept, 1)
+		u[3] = 0 // skipped by both
+		ab, ub := p.f32(a), p.f32(u)
+		A, S := p.zeros(2*c.kept), p.zeros(2*c.kept) // doubles
+		p.gpu.gateCalib(A.g, S.g, ab.g, ub.g, T, c.kept)
+		p.ref.gateCalib(A.r, S.r, ab.r, ub.r, T, c.kept)
+		up, down := p.f32(randVec(rng, c.kept, 1)), p.f32(randVec(rng, c.kept, 1))
+		gw := p.zeros(c.kept)
+		p.gpu.gateWeights(gw.g, A.g, S.g, up.g, down.g, c.kept)
+		p.ref.gateWeights(gw.r, A.r, S.r, up.r, down.r, c.kept)
+		p.close("gate_weights", gw, c.kept, 1e-6)
 		g := p.f32(randVec(rng, c.kept, 4))
 		w := make([]float32, c.kept)
 		for i := range w {
@@ -423,11 +437,11 @@ func TestKernelGateFirst(t *testing.T) {
 		p.ref.selectTop(rows.r, ck.r, c.kept, 0, c.k)
 		gr, rr := p.getI32(rows, c.k)
 		require.Equal(t, rr, gr, "kept %d", c.kept)
-		u := p.f32(randVec(rng, c.k, 1))
+		uk := p.f32(randVec(rng, c.k, 1))
 		h := p.zeros(c.k)
 		rb := p.i32(rr)
-		p.gpu.gatherSiluMul(h.g, g.g, rb.g, u.g, c.k)
-		p.ref.gatherSiluMul(h.r, g.r, rb.r, u.r, c.k)
+		p.gpu.gatherSiluMul(h.g, g.g, rb.g, uk.g, c.k)
+		p.ref.gatherSiluMul(h.r, g.r, rb.r, uk.r, c.k)
 		p.close("gather_silu_mul", h, c.k, 1e-6)
 	}
 }

@@ -252,6 +252,22 @@ func (r *refBackend) selectTop(rows, counts Ptr, kept, static, target int) {
 	copy(r.i32(rows, target), refActiveSet(r.i32(counts, kept), kept, static, target))
 }
 
+func (r *refBackend) f64(p Ptr, n int) []float64 {
+	b := r.bytes(p)
+	if len(b) < 8*n {
+		panic(fmt.Sprintf("ref: %d doubles at %#x overrun the allocation", n, uint64(p)))
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), n)
+}
+
+func (r *refBackend) gateCalib(A, S, a, u Ptr, T, kept int) {
+	runtime.GateCalib{A: r.f64(A, kept), S: r.f64(S, kept)}.Add(r.f32(a, T*kept), r.f32(u, T*kept), T)
+}
+
+func (r *refBackend) gateWeights(w, A, S, up, down Ptr, n int) {
+	runtime.GateWeights(r.f32(w, n), runtime.GateCalib{A: r.f64(A, n), S: r.f64(S, n)}, runtime.Norms{Up: r.f32(up, n), Down: r.f32(down, n)})
+}
+
 func (r *refBackend) gateScore(keys, g, w Ptr, n int) {
 	score := make([]float32, n)
 	runtime.GateScores(score, r.f32(g, n), r.f32(w, n))

@@ -81,8 +81,9 @@ type Session struct {
 	// perToken[i] > 0: decode picks that many rows of layer i per token
 	// (GateFirst; counts[i] then holds the keys, active[i] the rows); h
 	// [maxKept] holds their SwiGLU.
-	perToken []int
-	h        Ptr
+	perToken    []int
+	h           Ptr
+	calibrating bool // the forward pass adds to each sliced layer's calA, calS
 
 	allocs     []Ptr
 	hostLogits []float32
@@ -96,7 +97,10 @@ type devLayer struct {
 	gate, up, down, downT weight
 	sliced                bool
 	base, kept            int
-	norms                 Ptr // runtime.Model.RowNorms [kept], uploaded on GateFirst's first use
+	// GateFirst, allocated on its first use: the row norms (runtime.Model.
+	// RowNorms, float [kept]), the prefill's calibration sums (double
+	// [kept]) and the row weights (float [kept]).
+	upNorm, downNorm, calA, calS, gateW Ptr
 }
 
 var _ runtime.Generator = (*Session)(nil)
@@ -475,7 +479,7 @@ func (s *Session) ffn(i, T int, count bool, alpha float64) {
 		// row, the k best by |silu(g)|·‖up‖·‖down‖ (keys in counts[i]), then
 		// their up rows and transposed down_proj rows.
 		be.matvec(s.gate, d.gate, 0, d.kept, s.xb, 0, false)
-		be.gateScore(s.counts[i], s.gate, d.norms, d.kept)
+		be.gateScore(s.counts[i], s.gate, d.gateW, d.kept)
 		be.selectTop(s.active[i], s.counts[i], d.kept, 0, k)
 		be.matvec(s.up, d.up, s.active[i], k, s.xb, 0, false)
 		be.gatherSiluMul(s.h, s.gate, s.active[i], s.up, k)
@@ -490,12 +494,21 @@ func (s *Session) ffn(i, T int, count bool, alpha float64) {
 		return
 	}
 	kept := d.kept
-	if T == 1 {
+	calib := s.calibrating && d.sliced
+	switch {
+	case T == 1 && !calib:
 		be.gateUp(s.gate, d.gate, d.up, 0, kept, s.xb)
-	} else {
+	case T == 1:
+		be.matvec(s.gate, d.gate, 0, kept, s.xb, 0, false)
+		be.matvec(s.up, d.up, 0, kept, s.xb, 0, false)
+		be.siluMul(s.gate, s.up, kept)
+	default:
 		be.gemm(s.gate, d.gate, s.xb, T, 0, false)
 		be.gemm(s.up, d.up, s.xb, T, 0, false)
 		be.siluMul(s.gate, s.up, T*kept)
+	}
+	if calib {
+		be.gateCalib(d.calA, d.calS, s.gate, s.up, T, kept)
 	}
 	if count && d.sliced {
 		be.countTop(s.counts[i], s.gate, T, kept, alpha)
@@ -510,18 +523,38 @@ func (s *Session) ffn(i, T int, count bool, alpha float64) {
 	}
 }
 
-// uploadNorms places layer i's GateFirst row weights (Model.RowNorms) on
-// the device, once.
-func (s *Session) uploadNorms(i int) error {
-	d := &s.layers[i]
-	if d.norms != 0 {
-		return nil
+// startCalib allocates (once) and clears GateFirst's buffers of every
+// sliced layer and makes the next forward pass add to the calibration sums
+// (runtime.Session's startCalib).
+func (s *Session) startCalib() error {
+	for i := range s.layers {
+		d := &s.layers[i]
+		if !d.sliced {
+			continue
+		}
+		if d.gateW == 0 {
+			n := s.m.RowNorms(i)
+			var err error
+			if d.upNorm, err = s.vec(n.Up); err != nil {
+				return err
+			}
+			if d.downNorm, err = s.vec(n.Down); err != nil {
+				return err
+			}
+			if d.calA, err = s.alloc(8 * d.kept); err != nil {
+				return err
+			}
+			if d.calS, err = s.alloc(8 * d.kept); err != nil {
+				return err
+			}
+			if d.gateW, err = s.alloc(4 * d.kept); err != nil {
+				return err
+			}
+		}
+		s.be.zero(d.calA, 8*d.kept)
+		s.be.zero(d.calS, 8*d.kept)
 	}
-	p, err := s.vec(s.m.RowNorms(i))
-	if err != nil {
-		return err
-	}
-	d.norms = p
+	s.calibrating = true
 	return nil
 }
 
@@ -622,8 +655,14 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 			}
 		}
 	}
+	if sp.Mode.PerToken() {
+		if err := s.startCalib(); err != nil {
+			return res, err
+		}
+	}
 	start := time.Now()
 	err := s.forward(prompt, count, sp.Alpha)
+	s.calibrating = false
 	if err == nil {
 		err = s.be.sync()
 	}
@@ -646,9 +685,7 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 			s.activeN[i] = target
 		}
 		if sp.Mode.PerToken() && d.sliced {
-			if err := s.uploadNorms(i); err != nil {
-				return res, err
-			}
+			s.be.gateWeights(d.gateW, d.calA, d.calS, d.upNorm, d.downNorm, d.kept)
 			s.perToken[i] = min(runtime.RoundCount(sp.Phi, N), d.kept)
 		}
 		if k := s.perToken[i]; k > 0 {

@@ -133,6 +133,13 @@ int sinf_select_top(sinf_ctx *ctx, sinf_dptr rows, sinf_dptr counts, int kept, i
  * non-negative floats order as their bits, so sinf_select_top (static 0)
  * then picks the rows with the largest keys. */
 int sinf_gate_score(sinf_ctx *ctx, sinf_dptr keys, sinf_dptr g, sinf_dptr w, int n);
+/* GateFirst's prefill calibration (runtime.GateCalib.Add): for j < kept and
+ * t < T in token order, where u[t, j] != 0: A[j] += |a[t, j]| and S[j] +=
+ * |a[t, j]|/|u[t, j]| in double; a, u [T, kept] float, A, S double [kept]. */
+int sinf_gate_calib(sinf_ctx *ctx, sinf_dptr A, sinf_dptr S, sinf_dptr a, sinf_dptr u, int T, int kept);
+/* runtime.GateWeights: w[j] = (float)(A[j]/S[j]·down[j]) where S[j] > 0,
+ * else (float)(up[j]·down[j]) in double; w, up, down float [n]. */
+int sinf_gate_weights(sinf_ctx *ctx, sinf_dptr w, sinf_dptr A, sinf_dptr S, sinf_dptr up, sinf_dptr down, int n);
 /* h[j] = silu(g[rows[j]])·u[j] for j < n: GateFirst's SwiGLU over the rows
  * picked, g the gate of every stored row, u the gathered up rows. */
 int sinf_gather_silu_mul(sinf_ctx *ctx, sinf_dptr h, sinf_dptr g, sinf_dptr rows, sinf_dptr u, int n);

@@ -68,9 +68,14 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 			s.Observe = counter
 		}
 	}
+	if sp.Mode.PerToken() {
+		s.startCalib()
+	}
 	start := time.Now()
 	logits, err := s.Forward(prompt, false)
 	s.Observe = saved
+	calib := s.calib
+	s.calib = nil // decode adds nothing
 	if err != nil {
 		return res, err
 	}
@@ -84,7 +89,7 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 			s.SetActive(i, ActiveSet(f, counter.Counts[i], sp, N))
 		}
 		if sp.Mode.PerToken() && f.Sliced {
-			s.SetPerToken(i, RoundCount(sp.Phi, N))
+			s.setPerToken(i, RoundCount(sp.Phi, N), calib[i])
 		}
 		if k := s.perToken[i]; k > 0 {
 			res.ComputedNeurons = append(res.ComputedNeurons, k)

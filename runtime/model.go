@@ -47,19 +47,22 @@ type MLP struct {
 	Sliced   bool
 }
 
-// RowNorms returns, for layer i, per stored row j ‖W_up[j,:]‖₂·‖W_down[:,j]‖₂
-// (float32, [kept]): how strongly an activation silu(g_j) can move the
-// output, the weight of GateFirst's per-token ranking. Computed for every
-// layer once, on first use (one pass over the up_proj and down_proj
-// weights; a Model not made by Load computes them on every call); safe for
-// concurrent use.
-func (mod *Model) RowNorms(i int) []float32 {
+// Norms are the weight norms of a layer's stored rows, float32 [kept]:
+// Up[j] = ‖W_up[j,:]‖₂ and Down[j] = ‖W_down[:,j]‖₂ (the neuron's row of
+// up_proj and column of down_proj).
+type Norms struct{ Up, Down []float32 }
+
+// RowNorms returns layer i's Norms, GateFirst's row weights (see
+// GateWeights). Computed for every layer once, on first use (one pass over
+// the up_proj and down_proj weights; a Model not made by Load computes them
+// on every call); safe for concurrent use.
+func (mod *Model) RowNorms(i int) Norms {
 	c := mod.norms
 	if c == nil {
 		return mod.Layers[i].MLP.rowNorms()
 	}
 	c.once.Do(func() {
-		c.v = make([][]float32, len(mod.Layers))
+		c.v = make([]Norms, len(mod.Layers))
 		for i := range mod.Layers {
 			c.v[i] = mod.Layers[i].MLP.rowNorms()
 		}
@@ -67,9 +70,9 @@ func (mod *Model) RowNorms(i int) []float32 {
 	return c.v[i]
 }
 
-func (m *MLP) rowNorms() []float32 {
+func (m *MLP) rowNorms() Norms {
 	n := m.Kept()
-	out := make([]float32, n)
+	out := Norms{Up: make([]float32, n), Down: make([]float32, n)}
 	up := make([]float32, m.Up.Cols)
 	var down []float32
 	if m.Sliced {
@@ -100,7 +103,7 @@ func (m *MLP) rowNorms() []float32 {
 		} else {
 			sd = col[j]
 		}
-		out[j] = float32(math.Sqrt(su * sd))
+		out.Up[j], out.Down[j] = float32(math.Sqrt(su)), float32(math.Sqrt(sd))
 	}
 	return out
 }
@@ -123,7 +126,7 @@ type Model struct {
 
 type rowNorms struct {
 	once sync.Once
-	v    [][]float32
+	v    []Norms
 }
 
 // LoadOptions says which layers are sliced and how many base neurons each has.

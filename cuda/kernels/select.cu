@@ -147,6 +147,31 @@ __global__ void gate_score_kernel(unsigned int *__restrict__ keys, const float *
 	keys[j] = __float_as_uint(__fmul_rn(s, w[j]));
 }
 
+// gate_calib_kernel: one thread per row j, tokens in order (the CPU's sums).
+__global__ void gate_calib_kernel(double *__restrict__ A, double *__restrict__ S, const float *__restrict__ a,
+                                  const float *__restrict__ u, int T, int kept) {
+	const int j = blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= kept) return;
+	double sa = A[j], ss = S[j];
+	for (int t = 0; t < T; t++) {
+		const float uu = u[(size_t)t * kept + j];
+		if (uu != 0.f) {
+			const double av = fabs((double)a[(size_t)t * kept + j]);
+			sa += av;
+			ss += av / fabs((double)uu);
+		}
+	}
+	A[j] = sa;
+	S[j] = ss;
+}
+
+__global__ void gate_weights_kernel(float *__restrict__ w, const double *__restrict__ A, const double *__restrict__ S,
+                                    const float *__restrict__ up, const float *__restrict__ down, int n) {
+	const int j = blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= n) return;
+	w[j] = S[j] > 0.0 ? (float)(A[j] / S[j] * (double)down[j]) : (float)((double)up[j] * (double)down[j]);
+}
+
 // gather_silu_mul_kernel: h[j] = silu(g[rows[j]])·u[j].
 __global__ void gather_silu_mul_kernel(float *__restrict__ h, const float *__restrict__ g,
                                        const int32_t *__restrict__ rows, const float *__restrict__ u, int n) {
@@ -161,6 +186,24 @@ extern "C" int sinf_gate_score(sinf_ctx *c, sinf_dptr keys, sinf_dptr g, sinf_dp
 	if (n <= 0) return 0;
 	gate_score_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((unsigned int *)dp(keys), (const float *)dp(g),
 	                                                          (const float *)dp(w), n);
+	return sinf_launch_rc();
+}
+
+extern "C" int sinf_gate_calib(sinf_ctx *c, sinf_dptr A, sinf_dptr S, sinf_dptr a, sinf_dptr u, int T, int kept) {
+	cudaSetDevice(c->device);
+	if (T <= 0 || kept <= 0) return 0;
+	gate_calib_kernel<<<(kept + 255) / 256, 256, 0, c->stream>>>((double *)dp(A), (double *)dp(S), (const float *)dp(a),
+	                                                             (const float *)dp(u), T, kept);
+	return sinf_launch_rc();
+}
+
+extern "C" int sinf_gate_weights(sinf_ctx *c, sinf_dptr w, sinf_dptr A, sinf_dptr S, sinf_dptr up, sinf_dptr down,
+                                 int n) {
+	cudaSetDevice(c->device);
+	if (n <= 0) return 0;
+	gate_weights_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((float *)dp(w), (const double *)dp(A),
+	                                                            (const double *)dp(S), (const float *)dp(up),
+	                                                            (const float *)dp(down), n);
 	return sinf_launch_rc();
 }
 
