@@ -41,6 +41,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			tokenizeCommand(),
+			chatTemplateCommand(),
 			profileCommand(),
 			mergeCommand(),
 			overlapCommand(),
