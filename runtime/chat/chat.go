@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -329,3 +330,7 @@ func ParseVar(s string) (string, json.RawMessage, error) {
 	}
 	return name, json.RawMessage(val), nil
 }
+
+// Special returns the special token variables the template is given
+// (bos_token, eos_token, unk_token, pad_token, those the config sets).
+func (t *Template) Special() map[string]string { return maps.Clone(t.special) }
