@@ -294,17 +294,21 @@ func completionPrompt(f fields) (string, *apiError) {
 		return "", badRequest("prompt", "prompt: missing")
 	}
 	var p string
-	if json.Unmarshal(f["prompt"], &p) == nil {
-		return p, nil
-	}
 	var list []string
-	if json.Unmarshal(f["prompt"], &list) == nil {
+	switch {
+	case json.Unmarshal(f["prompt"], &p) == nil:
+	case json.Unmarshal(f["prompt"], &list) == nil:
 		if len(list) != 1 {
 			return "", badRequest("prompt", "prompt: a list of %d prompts; sinf takes one per request", len(list))
 		}
-		return list[0], nil
+		p = list[0]
+	default:
+		return "", badRequest("prompt", "prompt: want a string (token-id prompts are not supported)")
 	}
-	return "", badRequest("prompt", "prompt: want a string (token-id prompts are not supported)")
+	if p == "" {
+		return "", badRequest("prompt", "prompt: empty")
+	}
+	return p, nil
 }
 
 // chatMessages checks /v1/chat/completions' messages: a non-empty array of

@@ -43,7 +43,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.run(w, r, arrived, ids, req, "cmpl-", "text_completion",
-		func(text string) any { return map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": nil} },
+		func(text string) any {
+			return map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": nil}
+		},
 		func(text, finish string) any {
 			return map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish}
 		}, nil)
