@@ -180,7 +180,7 @@ type completion struct {
 		Delta        map[string]string
 		FinishReason *string `json:"finish_reason"`
 	}
-	Usage   *struct {
+	Usage *struct {
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 		TotalTokens      int `json:"total_tokens"`
