@@ -6,6 +6,7 @@
 //	sinf-run --model FILE.sinf --prompt TEXT [--max-tokens N] [--phi 0.4] [--alpha 0.2]
 //	         [--mode selectinfer|dense|coreinfer] [--threads N] [--json]
 //	sinf-run serve --model FILE.sinf [--port 8080] [--parallel N]   (OpenAI-compatible HTTP API)
+//	sinf-run chat --model FILE.sinf [--system TEXT]                 (interactive chat)
 package main
 
 import (
@@ -32,15 +33,15 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:      "sinf-run",
 		Usage:     "run a .sinf sparse checkpoint (SelectInfer) on this device",
-		UsageText: "sinf-run --model FILE.sinf --prompt TEXT [options]\nsinf-run serve --model FILE.sinf [options]",
+		UsageText: "sinf-run --model FILE.sinf --prompt TEXT [options]\nsinf-run serve --model FILE.sinf [options]\nsinf-run chat --model FILE.sinf [options]",
 		Flags:     flags,
 		Action: func(c *cli.Context) error {
 			if !c.IsSet("model") {
-				return errors.New(`Required flag "model" not set (or run a command: serve)`)
+				return errors.New(`Required flag "model" not set (or run a command: serve, chat)`)
 			}
 			return run(c)
 		},
-		Commands:        []*cli.Command{serve.Command()},
+		Commands:        []*cli.Command{serve.Command(), serve.ChatCommand()},
 		HideHelpCommand: true,
 	}
 }

@@ -75,6 +75,9 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	if c.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", c.Args().Slice())
 	}
+	if parallel < 1 {
+		return nil, fmt.Errorf("--parallel %d: want ≥ 1", parallel)
+	}
 	if err := runcmd.CheckThreads(c); err != nil {
 		return nil, err
 	}

@@ -646,3 +646,75 @@ func TestParallelSlots(t *testing.T) {
 	require.Zero(t, errs.Load())
 	require.Equal(t, alone, got)
 }
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// chatServer serves chatFile on one slot for the chat loop.
+func chatServer(t *testing.T, wrap func(runcmd.Backend) runcmd.Backend) (*serve.Server, *runcmd.Loaded) {
+	file, _ := files(t)
+	_, srv, l := newServer(t, setup{file: file, wrap: wrap})
+	return srv, l
+}
+
+// TestChatLoop: sinf-run chat keeps the conversation (the second reply
+// continues the rendered history), /reset forgets it, end of input quits.
+func TestChatLoop(t *testing.T) {
+	srv, l := chatServer(t, nil)
+	_, r1 := reference(t, l, l.Tok.Encode("user: Tell me a story\nStory:", false), 16)
+	_, r2 := reference(t, l, l.Tok.Encode("user: Tell me a story\nassistant: "+r1+"\nuser: And then?\nStory:", false), 16)
+	require.NotEqual(t, r1, r2)
+	var out bytes.Buffer
+	in := strings.NewReader("Tell me a story\n/reset\nTell me a story\nAnd then?\n")
+	require.NoError(t, serve.ChatLoop(srv, 1, "", in, &out, make(chan os.Signal)))
+	require.Equal(t, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over)\n"+
+		"> "+r1+"\n> (conversation cleared)\n> "+r1+"\n> "+r2+"\n> \n", out.String())
+}
+
+// TestChatInterrupt: an interrupt during a reply stops that reply, keeps
+// its text in the conversation, and the loop goes on; at the prompt it only
+// says how to quit.
+func TestChatInterrupt(t *testing.T) {
+	intr := make(chan os.Signal, 1)
+	var once sync.Once
+	srv, l := chatServer(t, func(b runcmd.Backend) runcmd.Backend {
+		return &hooked{Backend: b, onToken: func(n int) {
+			time.Sleep(2 * time.Millisecond)
+			if n == 4 {
+				once.Do(func() { intr <- os.Interrupt })
+			}
+		}}
+	})
+	var out syncBuffer
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- serve.ChatLoop(srv, 1, "Be kind.", pr, &out, intr) }()
+	_, err := io.WriteString(pw, "Tell me a story\n")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), " [stopped]\n> ") }, 10*time.Second, time.Millisecond)
+	first := out.String()
+	partial := first[strings.Index(first, "> ")+2 : strings.Index(first, " [stopped]")]
+	// The reply stopped within a token of the interrupt (the 4th token).
+	require.Less(t, len(l.Tok.Encode(partial, false)), 8)
+	_, r2 := reference(t, l, l.Tok.Encode("system: Be kind.\nuser: Tell me a story\nassistant: "+partial+"\nuser: And then?\nStory:", false), 16)
+	_, err = io.WriteString(pw, "And then?\n")
+	require.NoError(t, err)
+	pw.Close()
+	require.NoError(t, <-done)
+	require.True(t, strings.HasSuffix(out.String(), "> "+r2+"\n> \n"), "%q", out.String())
+}
