@@ -21,8 +21,8 @@ import (
 // terminal through the model's chat template.
 func ChatCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "chat",
-		Usage: "chat with a .sinf instruct model on the terminal (its chat template; Ctrl-C stops a reply, Ctrl-D or /exit quits, /reset starts over)",
+		Name:      "chat",
+		Usage:     "chat with a .sinf instruct model on the terminal (its chat template; Ctrl-C stops a reply, Ctrl-D or /exit quits, /reset starts over)",
 		UsageText: "sinf-run chat --model FILE.sinf [--system TEXT] [options]",
 		Flags: append(ModelFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "system", Usage: "a system message to open the conversation with"},
