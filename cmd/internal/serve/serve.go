@@ -149,7 +149,7 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "slots": s.cfg.Parallel, "slots_idle": len(s.slots),
-		"queued": max(0, len(s.tickets)-s.cfg.Parallel)})
+		"queued": max(0, len(s.tickets)-s.cfg.Parallel), "rss_bytes": runtime.RSS()})
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {

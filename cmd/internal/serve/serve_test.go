@@ -23,6 +23,7 @@ import (
 
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/cmd/internal/serve"
+	"github.com/selectinfer/sinf/cmd/internal/serve/load"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/internal/sharedtest"
@@ -483,7 +484,11 @@ func TestModelsHealthMetrics(t *testing.T) {
 	require.Equal(t, "ts", models.Data[0].ID)
 	require.Equal(t, "model", models.Data[0].Object)
 	require.Equal(t, 128, models.Data[0].ContextLength)
-	require.JSONEq(t, `{"status":"ok","slots":2,"slots_idle":2,"queued":0}`, get("/health"))
+	var health map[string]any
+	require.NoError(t, json.Unmarshal([]byte(get("/health")), &health))
+	require.Greater(t, health["rss_bytes"], 1e6)
+	delete(health, "rss_bytes")
+	require.Equal(t, map[string]any{"status": "ok", "slots": 2.0, "slots_idle": 2.0, "queued": 0.0}, health)
 	code, _, _ := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":5}`)
 	require.Equal(t, 200, code)
 	m := get("/metrics")
@@ -717,4 +722,28 @@ func TestChatInterrupt(t *testing.T) {
 	pw.Close()
 	require.NoError(t, <-done)
 	require.True(t, strings.HasSuffix(out.String(), "> "+r2+"\n> \n"), "%q", out.String())
+}
+
+// TestLoad: 4 clients × 50 requests on --parallel 2 (queue 1, so some get
+// 503 and retry): no other errors, every answer equals the single-client
+// greedy one for its prompt, and the RSS stays flat (no leak per request).
+func TestLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 1, context: 256})
+	rep, err := load.Run(context.Background(), load.Options{URL: ts.URL, MaxTokens: 16, Clients: 4, Requests: 50,
+		Prompts: []string{"Once upon a time", "The dog", "Lily and Tom", "One day", "The sun was"}})
+	require.NoError(t, err)
+	t.Logf("%+v", rep)
+	require.Equal(t, 200, rep.Load.Requests)
+	require.Zero(t, rep.Load.Errors, rep.Load.FirstError)
+	require.Zero(t, rep.Load.Mismatches)
+	require.Zero(t, rep.Single.Mismatches)
+	require.Greater(t, rep.Load.CompletionTokens, 200*8)
+	if rep.RSSBeforeBytes > 0 {
+		// Flat: well under what 200 requests' KV caches or buffers would add.
+		require.Less(t, rep.RSSAfterBytes-rep.RSSBeforeBytes, int64(16<<20), "RSS grew from %d to %d bytes", rep.RSSBeforeBytes, rep.RSSAfterBytes)
+	}
 }
