@@ -15,6 +15,11 @@ func PeakRSS() int64 { return statusBytes("VmHWM:") }
 // /proc/self/status, Linux), or 0 where that is not available.
 func RSS() int64 { return statusBytes("VmRSS:") }
 
+// AnonRSS returns the process's anonymous resident memory in bytes (RssAnon
+// of /proc/self/status, Linux: the heap and stacks, without the pages of
+// mapped files such as a .sinf), or 0 where that is not available.
+func AnonRSS() int64 { return statusBytes("RssAnon:") }
+
 // statusBytes reads a "NAME: N kB" line of /proc/self/status.
 func statusBytes(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")

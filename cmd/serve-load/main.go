@@ -45,8 +45,9 @@ func main() {
 			fmt.Printf("%-10s %4d requests, %6d tokens in %6.2f s: %8.1f tokens/s aggregate; median per request: ttft %.1f ms, decode %.1f tokens/s; 503 retried %d, errors %d, mismatches %d\n",
 				f.name, f.f.Requests, f.f.CompletionTokens, f.f.WallSeconds, f.f.TokensPerSecond, f.f.MedianTTFTMS, f.f.MedianDecodePerS, f.f.Retried503, f.f.Errors, f.f.Mismatches)
 		}
-		fmt.Printf("server RSS: %.1f MiB before, %.1f MiB halfway, %.1f MiB after the load\n",
-			float64(rep.RSSBeforeBytes)/(1<<20), float64(rep.RSSMidBytes)/(1<<20), float64(rep.RSSAfterBytes)/(1<<20))
+		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+		fmt.Printf("server RSS (anonymous / in all, with the mapped file's pages): %.1f / %.1f MiB before, %.1f / %.1f MiB halfway, %.1f / %.1f MiB after the load\n",
+			mib(rep.RSSBefore.Anon), mib(rep.RSSBefore.Total), mib(rep.RSSMid.Anon), mib(rep.RSSMid.Total), mib(rep.RSSAfter.Anon), mib(rep.RSSAfter.Total))
 	}
 	if rep.Load.Errors > 0 || rep.Load.Mismatches > 0 || rep.Single.Mismatches > 0 {
 		os.Exit(1)

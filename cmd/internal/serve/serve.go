@@ -149,7 +149,7 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "slots": s.cfg.Parallel, "slots_idle": len(s.slots),
-		"queued": max(0, len(s.tickets)-s.cfg.Parallel), "rss_bytes": runtime.RSS()})
+		"queued": max(0, len(s.tickets)-s.cfg.Parallel), "rss_bytes": runtime.RSS(), "rss_anon_bytes": runtime.AnonRSS()})
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
@@ -335,11 +335,14 @@ func (s *Server) cancelled() bool {
 	}
 }
 
-// checkPrompt refuses an empty prompt and one that leaves no room in the
-// context.
+// checkPrompt refuses an empty prompt, one with ids the model has no
+// embedding for, and one that leaves no room in the context.
 func (s *Server) checkPrompt(param string, ids []int) *apiError {
 	if len(ids) == 0 {
 		return badRequest(param, "%s: encodes to no tokens", param)
+	}
+	if v := s.cfg.Model.Model.Config.Vocab; slices.Max(ids) >= v {
+		return badRequest(param, "%s: holds token id %d, outside the model's vocabulary (vocab_size %d): its tokenizer has more tokens than the model", param, slices.Max(ids), v)
 	}
 	if ctx := s.Context(); len(ids) >= ctx {
 		e := badRequest(param, "%s: %d tokens, and the context is %d positions (--context): shorten the prompt", param, len(ids), ctx)

@@ -45,12 +45,20 @@ type Figures struct {
 
 // Report is a whole run.
 type Report struct {
-	Single         Figures `json:"single_client"`
-	Load           Figures `json:"load"`
-	Clients        int     `json:"clients"`
-	RSSBeforeBytes int64   `json:"rss_before_bytes"` // after the reference phase
-	RSSMidBytes    int64   `json:"rss_mid_bytes"`    // halfway through the load
-	RSSAfterBytes  int64   `json:"rss_after_bytes"`
+	Single    Figures `json:"single_client"`
+	Load      Figures `json:"load"`
+	Clients   int     `json:"clients"`
+	RSSBefore RSS     `json:"rss_before"` // after the reference phase
+	RSSMid    RSS     `json:"rss_mid"`    // halfway through the load
+	RSSAfter  RSS     `json:"rss_after"`
+}
+
+// RSS is the server's resident memory: in all, and anonymous (heap and
+// stacks, without the mapped model file's pages, which grow as requests
+// touch more of the file's neurons and are not a leak).
+type RSS struct {
+	Total int64 `json:"bytes"`
+	Anon  int64 `json:"anon_bytes"`
 }
 
 type answer struct {
@@ -114,22 +122,24 @@ func (o *Options) complete(ctx context.Context, prompt string) (answer, int, err
 	}
 }
 
-// RSS reads the server's rss_bytes from GET /health.
-func (o *Options) RSS(ctx context.Context) int64 {
+// RSS reads the server's rss_bytes and rss_anon_bytes from GET /health
+// (zero when it does not say).
+func (o *Options) RSS(ctx context.Context) RSS {
 	req, err := http.NewRequestWithContext(ctx, "GET", o.URL+"/health", nil)
 	if err != nil {
-		return 0
+		return RSS{}
 	}
 	resp, err := o.Client.Do(req)
 	if err != nil {
-		return 0
+		return RSS{}
 	}
 	defer resp.Body.Close()
 	var h struct {
-		RSS int64 `json:"rss_bytes"`
+		RSS  int64 `json:"rss_bytes"`
+		Anon int64 `json:"rss_anon_bytes"`
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&h)
-	return h.RSS
+	return RSS{h.RSS, h.Anon}
 }
 
 func median(v []float64) float64 {
@@ -177,7 +187,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Single.WallSeconds = time.Since(start).Seconds()
 	rep.Single.TokensPerSecond = float64(rep.Single.CompletionTokens) / rep.Single.WallSeconds
 	rep.Single.MedianTTFTMS, rep.Single.MedianDecodePerS = median(ttft), median(dec)
-	rep.RSSBeforeBytes = o.RSS(ctx)
+	rep.RSSBefore = o.RSS(ctx)
 
 	var mu sync.Mutex
 	ttft, dec = nil, nil
@@ -214,7 +224,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 				if mid {
 					rss := o.RSS(ctx)
 					mu.Lock()
-					rep.RSSMidBytes = rss
+					rep.RSSMid = rss
 					mu.Unlock()
 				}
 			}
@@ -224,6 +234,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Load.WallSeconds = time.Since(start).Seconds()
 	rep.Load.TokensPerSecond = float64(rep.Load.CompletionTokens) / rep.Load.WallSeconds
 	rep.Load.MedianTTFTMS, rep.Load.MedianDecodePerS = median(ttft), median(dec)
-	rep.RSSAfterBytes = o.RSS(ctx)
+	rep.RSSAfter = o.RSS(ctx)
 	return rep, nil
 }

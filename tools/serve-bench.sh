@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# sinf-run serve against sinf-run on one .sinf file (issue 17's targets):
+# decode tokens/s of one greedy client through the server and of sinf-run
+# itself, at 1 and 2 threads; two clients on --parallel 2 (1 thread per
+# slot) against one; time to first token; then the load test (4 clients ×
+# 50 requests on --parallel 2). The machine may be shared: figures are
+# medians, side by side from one run.
+#
+#   [REQUESTS=5] tools/serve-bench.sh FILE.sinf [MAX_TOKENS] [PORT]   (REQUESTS per client and phase)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+file=$1; n=${2:-64}; port=${3:-18090}; req=${REQUESTS:-5}
+prompt="Once upon a time"
+go build -o bin/ ./cmd/sinf-run ./cmd/serve-load
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+url=http://127.0.0.1:$port
+serve() { # args: sinf-run serve flags; waits until /health answers
+	bin/sinf-run serve --model "$file" --port "$port" --max-tokens "$n" "$@" 2>/dev/null &
+	pid=$!
+	for _ in $(seq 100); do curl -sf "$url/health" >/dev/null && return; sleep 0.1; done
+	echo "server did not start" >&2; exit 1
+}
+stop() { kill -TERM "$pid"; wait "$pid" || true; }
+for t in 1 2; do
+	d=$(for _ in 1 2 3; do bin/sinf-run --model "$file" --prompt "$prompt" --max-tokens "$n" --threads "$t" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tokens_per_s"])'; done | median)
+	serve --threads "$t"
+	r=$(bin/serve-load --url "$url" --prompts "$prompt" --clients 1 --requests "$req" --max-tokens "$n" --json)
+	stop
+	python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=float(sys.argv[2]); s=r["single_client"]; print("threads %s: sinf-run decode %.1f tok/s; server, one client: decode %.1f tok/s (%.2fx), end to end %.1f tok/s, ttft %.1f ms" % (sys.argv[3], d, s["median_decode_per_s"], s["median_decode_per_s"]/d, s["tokens_per_s"], s["median_ttft_ms"]))' "$r" "$d" "$t"
+done
+serve --parallel 2 --threads 1
+r=$(bin/serve-load --url "$url" --prompts "$prompt" --clients 2 --requests "$req" --max-tokens "$n" --json)
+stop
+python3 -c 'import json,sys; r=json.loads(sys.argv[1]); s=r["single_client"]; l=r["load"]; print("--parallel 2 (1 thread per slot): one client %.1f tok/s, two clients %.1f tok/s aggregate (%.2fx), ttft %.1f ms" % (s["tokens_per_s"], l["tokens_per_s"], l["tokens_per_s"]/s["tokens_per_s"], l["median_ttft_ms"]))' "$r"
+serve --parallel 2 --queue 1 --threads 1
+bin/serve-load --url "$url" --clients 4 --requests 50 --max-tokens 16
+stop
