@@ -21,12 +21,30 @@ serve() { # args: sinf-run serve flags; waits until /health answers
 	echo "server did not start" >&2; exit 1
 }
 stop() { kill -TERM "$pid"; wait "$pid" || true; }
+# One greedy client at 1 and 2 threads, sinf-run and the server alternating
+# (REQUESTS times each), so that both see the same load on the machine.
 for t in 1 2; do
-	d=$(for _ in 1 2 3; do bin/sinf-run --model "$file" --prompt "$prompt" --max-tokens "$n" --threads "$t" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tokens_per_s"])'; done | median)
 	serve --threads "$t"
-	r=$(bin/serve-load --url "$url" --prompts "$prompt" --clients 1 --requests "$req" --max-tokens "$n" --json)
+	body="{\"prompt\":\"$prompt\",\"max_tokens\":$n,\"temperature\":0}"
+	curl -sf "$url/v1/completions" -d "$body" >/dev/null # warm up
+	: >/tmp/serve-bench.$$
+	for _ in $(seq "$req"); do
+		d=$(bin/sinf-run --model "$file" --prompt "$prompt" --max-tokens "$n" --threads "$t" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tokens_per_s"])')
+		# the server's decode rate, and the client's: tokens after the first
+		# over the wall time after the server's first token
+		s=$(curl -sf -w '\n%{time_total}' "$url/v1/completions" -d "$body" | python3 -c 'import json,sys; b,w=sys.stdin.read().rsplit("\n",1); r=json.loads(b); t=r["timings"]; n=r["usage"]["completion_tokens"]; print(t["predicted_per_second"], (n-1)/(float(w)-t["ttft_ms"]/1e3), t["ttft_ms"])')
+		echo "$d $s" >>/tmp/serve-bench.$$
+	done
 	stop
-	python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=float(sys.argv[2]); s=r["single_client"]; print("threads %s: sinf-run decode %.1f tok/s; server, one client: decode %.1f tok/s (%.2fx), end to end %.1f tok/s, ttft %.1f ms" % (sys.argv[3], d, s["median_decode_per_s"], s["median_decode_per_s"]/d, s["tokens_per_s"], s["median_ttft_ms"]))' "$r" "$d" "$t"
+	python3 - "$t" /tmp/serve-bench.$$ <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[2]) if l.strip()]
+run, srv, client, ttft = (statistics.median(c) for c in zip(*rows))
+ratio = statistics.median(s / r for r, s, _, _ in rows)
+cratio = statistics.median(c / r for r, _, c, _ in rows)
+print(f"threads {sys.argv[1]}: sinf-run decode {run:.1f} tok/s | server, one client: decode {srv:.1f} tok/s ({ratio:.2f}x), at the client {client:.1f} tok/s ({cratio:.2f}x), ttft {ttft:.1f} ms  (medians of {len(rows)} alternating pairs)")
+PY
+	rm -f /tmp/serve-bench.$$
 done
 serve --parallel 2 --threads 1
 r=$(bin/serve-load --url "$url" --prompts "$prompt" --clients 2 --requests "$req" --max-tokens "$n" --json)

@@ -196,7 +196,7 @@ type timings struct {
 	PromptTokens       int     `json:"prompt_n"`
 	PromptPerSecond    float64 `json:"prompt_per_second"`
 	GeneratedTokens    int     `json:"predicted_n"`
-	GeneratedPerSecond float64 `json:"predicted_per_second"`
+	GeneratedPerSecond float64 `json:"predicted_per_second"` // decode steps per second, as sinf-run --json's decode_tokens_per_s
 	Mode               string  `json:"mode"`
 }
 
@@ -312,10 +312,7 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 	}
 	o.usage = usage{PromptTokens: len(ids), CompletionTokens: len(res.IDs), TotalTokens: len(ids) + len(res.IDs)}
 	o.timings.PromptTokens, o.timings.GeneratedTokens = len(ids), len(res.IDs)
-	o.timings.PromptPerSecond = res.PrefillTokensPerS
-	if d := time.Since(started).Seconds() - res.PrefillSeconds; d > 0 && len(res.IDs) > 0 {
-		o.timings.GeneratedPerSecond = float64(len(res.IDs)) / d
-	}
+	o.timings.PromptPerSecond, o.timings.GeneratedPerSecond = res.PrefillTokensPerS, res.DecodeTokensPerS
 	o.timings.Mode = req.sparsity.Mode.String()
 	return o, nil
 }

@@ -3,6 +3,7 @@ package serve_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,7 +45,7 @@ var (
 
 // files converts tinystories-656k twice (with and without a chat template)
 // into a folder kept for the whole test binary.
-func files(t *testing.T) (withTemplate, without string) {
+func files(t testing.TB) (withTemplate, without string) {
 	t.Helper()
 	src := sharedtest.Path(t, "models", "tinystories-656k")
 	fileOnce.Do(func() {
@@ -120,17 +121,19 @@ func (h *hooked) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.Re
 }
 
 type setup struct {
-	file     string
-	parallel int
-	queue    int
-	apiKey   string
-	maxBody  int64
-	context  int
-	wrap     func(b runcmd.Backend) runcmd.Backend
+	file      string
+	threads   int // per slot (0: 1)
+	maxTokens int // default max_tokens (0: 16)
+	parallel  int
+	queue     int
+	apiKey    string
+	maxBody   int64
+	context   int
+	wrap      func(b runcmd.Backend) runcmd.Backend
 }
 
 // newServer opens the file and serves it on an httptest server.
-func newServer(t *testing.T, o setup) (*httptest.Server, *serve.Server, *runcmd.Loaded) {
+func newServer(t testing.TB, o setup) (*httptest.Server, *serve.Server, *runcmd.Loaded) {
 	t.Helper()
 	l, err := runcmd.OpenSinf(o.file, false)
 	require.NoError(t, err)
@@ -138,7 +141,7 @@ func newServer(t *testing.T, o setup) (*httptest.Server, *serve.Server, *runcmd.
 	tmpl, terr := chat.FromTokenizerConfig(o.file, l.Meta.TokenizerConfig)
 	cfg := serve.Config{Model: l, ModelID: "ts", Template: tmpl, TemplateErr: terr, AddBOS: l.Tok.AddsBOS(),
 		NewBackend: func() (runcmd.Backend, error) {
-			b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: 1, Context: o.context})
+			b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: max(1, o.threads), Context: o.context})
 			if err == nil && o.wrap != nil {
 				b = o.wrap(b)
 			}
@@ -146,7 +149,7 @@ func newServer(t *testing.T, o setup) (*httptest.Server, *serve.Server, *runcmd.
 		},
 		Parallel: max(1, o.parallel), Queue: o.queue, Sampling: runtime.SamplingParams{TopP: 1},
 		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
-		EOS:      l.EOS(), MaxTokens: 16, APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true}
+		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true}
 	if terr != nil {
 		cfg.Template = nil
 	}
