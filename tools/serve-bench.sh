@@ -46,10 +46,25 @@ print(f"threads {sys.argv[1]}: sinf-run decode {run:.1f} tok/s | server, one cli
 PY
 	rm -f /tmp/serve-bench.$$
 done
-serve --parallel 2 --threads 1
-r=$(bin/serve-load --url "$url" --prompts "$prompt" --clients 2 --requests "$req" --max-tokens "$n" --json)
-stop
-python3 -c 'import json,sys; r=json.loads(sys.argv[1]); s=r["single_client"]; l=r["load"]; print("--parallel 2 (1 thread per slot): one client %.1f tok/s, two clients %.1f tok/s aggregate (%.2fx), ttft %.1f ms" % (s["tokens_per_s"], l["tokens_per_s"], l["tokens_per_s"]/s["tokens_per_s"], l["median_ttft_ms"]))' "$r"
+# --parallel 2 at 1 and 2 threads per slot: one client, then two at once,
+# on the same server, three times (serve-load's two phases).
+for t in 1 2; do
+	serve --parallel 2 --threads "$t"
+	for _ in 1 2 3; do
+		bin/serve-load --url "$url" --clients 2 --requests 3 --max-tokens "$n" --json
+	done >/tmp/serve-bench.$$
+	stop
+	python3 - "$t" /tmp/serve-bench.$$ <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+one = statistics.median(r["single_client"]["tokens_per_s"] for r in runs)
+two = statistics.median(r["load"]["tokens_per_s"] for r in runs)
+ratio = statistics.median(r["load"]["tokens_per_s"] / r["single_client"]["tokens_per_s"] for r in runs)
+ttft = statistics.median(r["load"]["median_ttft_ms"] for r in runs)
+print(f"--parallel 2, {sys.argv[1]} thread(s) per slot: one client {one:.1f} tok/s, two clients {two:.1f} tok/s aggregate ({ratio:.2f}x), two-client ttft {ttft:.1f} ms  (medians of {len(runs)} runs)")
+PY
+	rm -f /tmp/serve-bench.$$
+done
 serve --parallel 2 --queue 1 --threads 1
 bin/serve-load --url "$url" --clients 4 --requests 50 --max-tokens 16
 stop
