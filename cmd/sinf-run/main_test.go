@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +24,15 @@ func TestCommandErrors(t *testing.T) {
 	_, err = convert.Convert(ck, file, convert.Options{Gamma: 1, FirstLayer: 0, LastLayer: 2, ExplicitRange: true, Random: true})
 	ck.Close()
 	require.NoError(t, err)
+	// --chat-template gives a model without one a template: chat runs.
+	tmpl := filepath.Join(t.TempDir(), "t.jinja")
+	require.NoError(t, os.WriteFile(tmpl, []byte("{% for m in messages %}{{ m.content }}{% endfor %}"), 0o644))
+	app := newApp()
+	var o bytes.Buffer
+	app.Writer, app.ErrWriter, app.Reader = &o, io.Discard, strings.NewReader("Once upon a time\n")
+	require.NoError(t, app.Run([]string{"sinf-run", "chat", "--model", file, "--chat-template", tmpl, "--max-tokens", "4", "--threads", "1"}))
+	require.Regexp(t, `^\(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over\)\n> .+\n> \n$`, o.String())
+
 	for _, c := range []struct {
 		args []string
 		want string
