@@ -753,3 +753,30 @@ func TestLoad(t *testing.T) {
 		require.Less(t, rep.RSSAfter.Anon-rep.RSSBefore.Anon, int64(16<<20), "anonymous RSS grew from %d to %d bytes", rep.RSSBefore.Anon, rep.RSSAfter.Anon)
 	}
 }
+
+// TestChatTemplateKwargs: chat_template_kwargs reach the template as
+// variables; a template's raise_exception is a 400 quoting it.
+func TestChatTemplateKwargs(t *testing.T) {
+	_, plain := files(t)
+	l, err := runcmd.OpenSinf(plain, false)
+	require.NoError(t, err)
+	defer l.Close()
+	tmpl, err := chat.New("t.jinja", "{% if greeting is not defined %}{{ raise_exception('say greeting') }}{% endif %}{{ greeting }} {{ messages[0].content }}", nil)
+	require.NoError(t, err)
+	srv, err := serve.New(serve.Config{Model: l, ModelID: "ts", Template: tmpl, Parallel: 1, MaxTokens: 6, MaxBodyBytes: 1 << 20,
+		Sparsity: runtime.Sparsity{Mode: runtime.Dense}, Sampling: runtime.SamplingParams{TopP: 1}, EOS: l.EOS(),
+		NewBackend: func() (runcmd.Backend, error) {
+			b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: 1})
+			return b, err
+		}})
+	require.NoError(t, err)
+	defer srv.Close()
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"a cat"}],"chat_template_kwargs":{"greeting":"Once upon a time,"}}`)
+	require.Equal(t, 200, code, "%s", b)
+	require.Equal(t, len(l.Tok.Encode("Once upon a time, a cat", false)), decode(t, b).Usage.PromptTokens)
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"a cat"}]}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `"message":"chat template: say greeting"`)
+}
