@@ -17,7 +17,7 @@ vet:
 # detector on the concurrent code, a few seconds of each fuzz target.
 test: vet
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 10s ./format/
-	$(GO) test -race ./runtime/kernels/ ./convert/profile/ ./runtime/
+	$(GO) test -race ./runtime/kernels/ ./convert/profile/ ./runtime/ ./cmd/internal/serve/
 	$(GO) test ./...
 
 # arm64 (the Jetson's CPU) under qemu-user-static: correctness only.

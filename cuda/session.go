@@ -630,7 +630,7 @@ func (s *Session) Active(layer int) ([]int32, error) {
 // Generate runs the prompt as one batched prefill computing every loaded
 // neuron; in a sparse mode it counts activations and fixes each sliced
 // layer's active rows on the device; then it decodes one token at a time
-// until MaxTokens, an EOS id, or the end of the context (runtime.Session's
+// until MaxTokens, an EOS id, Stop, or the end of the context (runtime.Session's
 // contract). The session must be empty.
 func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.Result, error) {
 	res := runtime.Result{PromptIDs: slices.Clone(prompt)}
@@ -707,7 +707,7 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 		if opt.OnToken != nil {
 			opt.OnToken(id)
 		}
-		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx {
+		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx || (opt.Stop != nil && opt.Stop()) {
 			break
 		}
 		if err := s.forward([]int{id}, false, 0); err != nil {

@@ -15,6 +15,10 @@ type GenerateOptions struct {
 	Sparsity  Sparsity     // which neurons decode computes
 	EOS       []int        // generation stops after emitting one of these
 	OnToken   func(id int) // called with each generated id as it is produced
+	// Stop, when set, is called after each generated id (after OnToken);
+	// true ends the generation there, before the next decode step: a
+	// server's client went away, or a stop string matched.
+	Stop func() bool
 }
 
 // Result reports a generation: ids, timings and the neurons computed.
@@ -41,7 +45,7 @@ func (m multiObserver) ObserveFFN(layer int, act []float32, T int, rows []int32)
 // Generate runs the prompt as one batched prefill, computing every loaded
 // neuron; in a sparse mode it counts activations (Counter) and fixes each
 // sliced layer's active set (ActiveSet); then it samples and feeds tokens one
-// at a time until MaxTokens, an EOS id, or the end of the context. The
+// at a time until MaxTokens, an EOS id, Stop, or the end of the context. The
 // session must be empty (Pos() == 0).
 func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	res := Result{PromptIDs: slices.Clone(prompt)}
@@ -114,7 +118,7 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 		if opt.OnToken != nil {
 			opt.OnToken(id)
 		}
-		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx {
+		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx || (opt.Stop != nil && opt.Stop()) {
 			break
 		}
 		if logits, err = s.Forward([]int{id}, false); err != nil {

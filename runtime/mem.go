@@ -9,13 +9,25 @@ import (
 
 // PeakRSS returns the process's peak resident set size in bytes (VmHWM of
 // /proc/self/status, Linux), or 0 where that is not available.
-func PeakRSS() int64 {
+func PeakRSS() int64 { return statusBytes("VmHWM:") }
+
+// RSS returns the process's resident set size now in bytes (VmRSS of
+// /proc/self/status, Linux), or 0 where that is not available.
+func RSS() int64 { return statusBytes("VmRSS:") }
+
+// AnonRSS returns the process's anonymous resident memory in bytes (RssAnon
+// of /proc/self/status, Linux: the heap and stacks, without the pages of
+// mapped files such as a .sinf), or 0 where that is not available.
+func AnonRSS() int64 { return statusBytes("RssAnon:") }
+
+// statusBytes reads a "NAME: N kB" line of /proc/self/status.
+func statusBytes(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb * 1024
 		}

@@ -123,6 +123,15 @@ func TestGenerateStopsAtEOS(t *testing.T) {
 	}
 	_, err = s.Generate(prompt, runtime.GenerateOptions{MaxTokens: 1})
 	require.ErrorContains(t, err, "not empty")
+	// Stop ends the generation after the id it is called for.
+	s.Reset()
+	var seen []int
+	r, err = s.Generate(prompt, runtime.GenerateOptions{MaxTokens: 400, OnToken: func(id int) { seen = append(seen, id) },
+		Stop: func() bool { return len(seen) == 3 }})
+	require.NoError(t, err)
+	require.Equal(t, []int{313, 598, 303}, r.IDs)
+	require.Equal(t, r.IDs, seen)
+	require.Equal(t, 6+2, s.Pos(), "no decode step after the stop")
 	s.Reset()
 	_, err = s.Generate(nil, runtime.GenerateOptions{MaxTokens: 1})
 	require.ErrorContains(t, err, "empty prompt")

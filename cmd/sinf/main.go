@@ -43,6 +43,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			tokenizeCommand(),
+			chatTemplateCommand(),
 			profileCommand(),
 			mergeCommand(),
 			overlapCommand(),

@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
@@ -39,8 +41,13 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 	if err != nil {
 		return nil, err
 	}
+	gen, err := runtime.ParseGenerationConfig(filepath.Join(path, "generation_config.json"), ck.GenerationConfig)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
 	size := ck.WeightBytes()
-	return &runcmd.Loaded{Model: m, Tok: tok, Kind: "hf", Path: path, FileBytes: size, MappedBytes: size, Close: ck.Close}, nil
+	return &runcmd.Loaded{Model: m, Tok: tok, Kind: "hf", Path: path, FileBytes: size, MappedBytes: size, Gen: gen, Close: ck.Close}, nil
 }
 
 func tokenizeCommand() *cli.Command {

@@ -32,7 +32,15 @@ type Loaded struct {
 	FileBytes   int64 // bytes of the weights file(s)
 	MappedBytes int64 // bytes memory-mapped
 	Meta        *format.Metadata
+	Gen         runtime.GenerationConfig // generation_config.json (zero when absent)
 	Close       func() error
+}
+
+// EOS returns the ids generation stops at: the union of
+// generation_config.json's eos_token_id, config.json's and
+// tokenizer_config.json's eos_token (runtime.EOSUnion).
+func (l *Loaded) EOS() []int {
+	return runtime.EOSUnion(l.Gen.EOS, l.Model.Config.EOS, l.Tok.EOS())
 }
 
 // Opener opens a model path (sinf-run: .sinf only; sinf: also HF folders).
@@ -49,7 +57,12 @@ func OpenSinf(path string, verify bool) (*Loaded, error) {
 		return nil, err
 	}
 	meta := f.Metadata()
-	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Close: f.Close}, nil
+	gen, err := runtime.ParseGenerationConfig(path+": metadata field generation_config", meta.GenerationConfig)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Gen: gen, Close: f.Close}, nil
 }
 
 // NotFolder refuses a folder where a .sinf file is expected, naming an HF
@@ -72,9 +85,9 @@ func Flags() []cli.Flag {
 		&cli.StringFlag{Name: "prompt", Usage: "prompt text"},
 		&cli.StringFlag{Name: "prompt-file", Usage: "read the prompt from this file"},
 		&cli.IntFlag{Name: "max-tokens", Value: 128, Usage: "tokens to generate at most"},
-		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
-		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "sample from the k most likely tokens (0: all)"},
-		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling probability mass (1: off)"},
+		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy (default: generation_config.json's when it sets do_sample, else 0)"},
+		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "sample from the k most likely tokens (0: all; default: generation_config.json's when it sets do_sample)"},
+		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling probability mass (1: off; default: generation_config.json's when it sets do_sample)"},
 		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
 		&cli.IntFlag{Name: "threads", Usage: ThreadsUsage},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
@@ -219,17 +232,15 @@ func Action(open Opener) cli.ActionFunc {
 		if len(ids) >= s.Context() {
 			return fmt.Errorf("the prompt is %d tokens, the context %d: shorten it (or raise --context up to max_position_embeddings %d)", len(ids), s.Context(), l.Model.Config.MaxPositions)
 		}
-		eos := l.Tok.EOS()
-		if len(eos) == 0 {
-			eos = l.Model.Config.EOS
-		}
+		eos := l.EOS()
+		sam := SamplingFlags(c, l.Gen.Sampling())
 		out := bufio.NewWriter(c.App.Writer)
 		dec := l.Tok.NewDecoder()
 		asJSON := c.Bool("json")
 		var text strings.Builder
 		opt := runtime.GenerateOptions{
 			MaxTokens: c.Int("max-tokens"),
-			Sampler:   runtime.NewSampler(c.Float64("temperature"), c.Int("top-k"), c.Float64("top-p"), c.Uint64("seed")),
+			Sampler:   runtime.NewSampler(sam.Temperature, sam.TopK, sam.TopP, c.Uint64("seed")),
 			Sparsity:  sp,
 			EOS:       eos,
 			OnToken: func(id int) {
@@ -272,6 +283,22 @@ func Action(open Opener) cli.ActionFunc {
 		}
 		return nil
 	}
+}
+
+// SamplingFlags returns def (the file's generation_config defaults) with
+// each of --temperature, --top-k and --top-p that the command line sets in
+// its place.
+func SamplingFlags(c *cli.Context, def runtime.SamplingParams) runtime.SamplingParams {
+	if c.IsSet("temperature") {
+		def.Temperature = c.Float64("temperature")
+	}
+	if c.IsSet("top-k") {
+		def.TopK = c.Int("top-k")
+	}
+	if c.IsSet("top-p") {
+		def.TopP = c.Float64("top-p")
+	}
+	return def
 }
 
 // Sparsity reads --mode, --phi and --alpha and validates them against m.

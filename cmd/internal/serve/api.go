@@ -1,0 +1,345 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/selectinfer/sinf/runtime"
+)
+
+// apiError is an OpenAI-style error: {"error": {"message", "type", "param",
+// "code"}} with an HTTP status.
+type apiError struct {
+	Status  int    `json:"-"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   any    `json:"param"` // string or null
+	Code    any    `json:"code"`  // string or null
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequest(param, format string, args ...any) *apiError {
+	e := &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Type: "invalid_request_error"}
+	if param != "" {
+		e.Param = param
+	}
+	return e
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.Status, map[string]any{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fields is a request body's top-level object, read field by field so that
+// each bad or unsupported field gets an error naming it.
+type fields map[string]json.RawMessage
+
+func parseBody(body []byte) (fields, *apiError) {
+	var f fields
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&f); err != nil || f == nil {
+		msg := "the request body is not a JSON object"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		return nil, badRequest("", "%s", msg)
+	}
+	if dec.More() {
+		return nil, badRequest("", "the request body holds data after its JSON object")
+	}
+	return f, nil
+}
+
+func (f fields) has(k string) bool {
+	v, ok := f[k]
+	return ok && string(v) != "null"
+}
+
+func (f fields) float(k string, dst *float64) *apiError {
+	if !f.has(k) {
+		return nil
+	}
+	if err := json.Unmarshal(f[k], dst); err != nil || math.IsNaN(*dst) || math.IsInf(*dst, 0) {
+		return badRequest(k, "%s: want a number, found %.40s", k, f[k])
+	}
+	return nil
+}
+
+func (f fields) int(k string, dst *int) *apiError {
+	if !f.has(k) {
+		return nil
+	}
+	if err := json.Unmarshal(f[k], dst); err != nil {
+		return badRequest(k, "%s: want an integer, found %.40s", k, f[k])
+	}
+	return nil
+}
+
+func (f fields) bool(k string, dst *bool) *apiError {
+	if !f.has(k) {
+		return nil
+	}
+	if err := json.Unmarshal(f[k], dst); err != nil {
+		return badRequest(k, "%s: want true or false, found %.40s", k, f[k])
+	}
+	return nil
+}
+
+func (f fields) string(k string, dst *string) *apiError {
+	if !f.has(k) {
+		return nil
+	}
+	if err := json.Unmarshal(f[k], dst); err != nil {
+		return badRequest(k, "%s: want a string, found %.40s", k, f[k])
+	}
+	return nil
+}
+
+// Fields every endpoint reads; the endpoint adds prompt or messages.
+var commonFields = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
+	"stream_options", "n", "user", "mode", "phi", "alpha"}
+
+// neutralFields are OpenAI fields accepted only at the value that changes
+// nothing (sinf does not implement them otherwise).
+var neutralFields = map[string]string{
+	"presence_penalty": "0", "frequency_penalty": "0", "logprobs": "false", "echo": "false", "best_of": "1",
+	"logit_bias": "{}", "parallel_tool_calls": "true",
+}
+
+// request is a parsed generation request, either endpoint.
+type request struct {
+	maxTokens    int
+	sampling     runtime.SamplingParams
+	seed         uint64
+	seeded       bool
+	sparsity     runtime.Sparsity
+	stop         []string
+	stream       bool
+	includeUsage bool
+}
+
+// checkFields rejects fields the endpoint does not know (naming them), and
+// neutral ones at any other value.
+func checkFields(f fields, endpointFields ...string) *apiError {
+	known := map[string]bool{}
+	for _, k := range append(commonFields, endpointFields...) {
+		known[k] = true
+	}
+	var unknown []string
+	for k, v := range f {
+		if known[k] {
+			continue
+		}
+		if n, ok := neutralFields[k]; ok {
+			if c := compactJSON(v); c == n || c == "null" || (n == "0" && c == "0.0") {
+				continue
+			}
+			return badRequest(k, "%s: not supported by sinf (only %s is accepted)", k, n)
+		}
+		unknown = append(unknown, k)
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return badRequest(unknown[0], "unsupported field(s): %s", strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// parseCommon reads the fields shared by both endpoints over the server's
+// defaults.
+func (s *Server) parseCommon(f fields) (request, *apiError) {
+	r := request{maxTokens: s.cfg.MaxTokens, sampling: s.cfg.Sampling, sparsity: s.cfg.Sparsity}
+	if f.has("model") {
+		var m string
+		if e := f.string("model", &m); e != nil {
+			return r, e
+		}
+		if m != s.cfg.ModelID {
+			return r, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("the model %q does not exist: this server serves %q", m, s.cfg.ModelID),
+				Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+		}
+	}
+	n := 1
+	if e := f.int("n", &n); e != nil {
+		return r, e
+	}
+	if n != 1 {
+		return r, badRequest("n", "n: %d choices asked; sinf generates one (n = 1)", n)
+	}
+	if e := f.int("max_tokens", &r.maxTokens); e != nil {
+		return r, e
+	}
+	if r.maxTokens < 1 {
+		return r, badRequest("max_tokens", "max_tokens: %d, want ≥ 1", r.maxTokens)
+	}
+	if e := f.float("temperature", &r.sampling.Temperature); e != nil {
+		return r, e
+	}
+	if r.sampling.Temperature < 0 {
+		return r, badRequest("temperature", "temperature: %g, want ≥ 0 (0: greedy)", r.sampling.Temperature)
+	}
+	if e := f.float("top_p", &r.sampling.TopP); e != nil {
+		return r, e
+	}
+	if !(r.sampling.TopP > 0 && r.sampling.TopP <= 1) {
+		return r, badRequest("top_p", "top_p: %g, want a probability in (0, 1]", r.sampling.TopP)
+	}
+	if e := f.int("top_k", &r.sampling.TopK); e != nil {
+		return r, e
+	}
+	if r.sampling.TopK < 0 {
+		return r, badRequest("top_k", "top_k: %d, want ≥ 0 (0: no cut)", r.sampling.TopK)
+	}
+	if f.has("seed") {
+		var seed int64
+		if e := f.int64("seed", &seed); e != nil {
+			return r, e
+		}
+		r.seed, r.seeded = uint64(seed), true
+	}
+	if f.has("stop") {
+		var one string
+		if json.Unmarshal(f["stop"], &one) == nil {
+			r.stop = []string{one}
+		} else if json.Unmarshal(f["stop"], &r.stop) != nil {
+			return r, badRequest("stop", "stop: want a string or a list of strings")
+		}
+		if len(r.stop) > 16 {
+			return r, badRequest("stop", "stop: %d strings, at most 16", len(r.stop))
+		}
+		for _, st := range r.stop {
+			if st == "" {
+				return r, badRequest("stop", "stop: an empty string")
+			}
+		}
+	}
+	if e := f.bool("stream", &r.stream); e != nil {
+		return r, e
+	}
+	if f.has("stream_options") {
+		var so struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		if err := json.Unmarshal(f["stream_options"], &so); err != nil {
+			return r, badRequest("stream_options", "stream_options: want {\"include_usage\": bool}")
+		}
+		r.includeUsage = so.IncludeUsage
+	}
+	var user string
+	if e := f.string("user", &user); e != nil {
+		return r, e
+	}
+	if f.has("mode") {
+		var mode string
+		if e := f.string("mode", &mode); e != nil {
+			return r, e
+		}
+		m, err := runtime.ParseMode(mode)
+		if err != nil {
+			return r, badRequest("mode", "mode: %v", err)
+		}
+		r.sparsity.Mode = m
+	}
+	if e := f.float("phi", &r.sparsity.Phi); e != nil {
+		return r, e
+	}
+	if e := f.float("alpha", &r.sparsity.Alpha); e != nil {
+		return r, e
+	}
+	if err := r.sparsity.Validate(s.cfg.Model.Model); err != nil {
+		param := "phi"
+		if strings.Contains(err.Error(), "alpha") {
+			param = "alpha"
+		}
+		return r, badRequest(param, "%v", err)
+	}
+	return r, nil
+}
+
+func (f fields) int64(k string, dst *int64) *apiError {
+	if err := json.Unmarshal(f[k], dst); err != nil {
+		return badRequest(k, "%s: want an integer, found %.40s", k, f[k])
+	}
+	return nil
+}
+
+// completionPrompt reads /v1/completions' prompt: a string, or a list of one
+// string.
+func completionPrompt(f fields) (string, *apiError) {
+	if !f.has("prompt") {
+		return "", badRequest("prompt", "prompt: missing")
+	}
+	var p string
+	var list []string
+	switch {
+	case json.Unmarshal(f["prompt"], &p) == nil:
+	case json.Unmarshal(f["prompt"], &list) == nil:
+		if len(list) != 1 {
+			return "", badRequest("prompt", "prompt: a list of %d prompts; sinf takes one per request", len(list))
+		}
+		p = list[0]
+	default:
+		return "", badRequest("prompt", "prompt: want a string (token-id prompts are not supported)")
+	}
+	if p == "" {
+		return "", badRequest("prompt", "prompt: empty")
+	}
+	return p, nil
+}
+
+// chatMessages checks /v1/chat/completions' messages: a non-empty array of
+// objects with a string role and a string (or, with tool_calls, null)
+// content. They go to the template as sent.
+func chatMessages(f fields) (json.RawMessage, *apiError) {
+	if !f.has("messages") {
+		return nil, badRequest("messages", "messages: missing")
+	}
+	var list []map[string]json.RawMessage
+	if err := json.Unmarshal(f["messages"], &list); err != nil {
+		return nil, badRequest("messages", "messages: want an array of message objects")
+	}
+	if len(list) == 0 {
+		return nil, badRequest("messages", "messages: empty")
+	}
+	for i, m := range list {
+		var role string
+		if err := json.Unmarshal(m["role"], &role); err != nil || role == "" {
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: want a string", i)
+		}
+		c, ok := m["content"]
+		var content string
+		switch {
+		case !ok || string(c) == "null":
+			if _, calls := m["tool_calls"]; !calls {
+				return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: missing", i)
+			}
+		case json.Unmarshal(c, &content) != nil:
+			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: want a string (content parts are not supported)", i)
+		}
+	}
+	return f["messages"], nil
+}

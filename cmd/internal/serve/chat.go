@@ -1,0 +1,163 @@
+package serve
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/runtime/chat"
+)
+
+// ChatCommand is `sinf-run chat`: an interactive conversation on the
+// terminal through the model's chat template.
+func ChatCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "chat",
+		Usage:     "chat with a .sinf instruct model on the terminal (its chat template; Ctrl-C stops a reply, Ctrl-D or /exit quits, /reset starts over)",
+		UsageText: "sinf-run chat --model FILE.sinf [--system TEXT] [options]",
+		Flags: append(ModelFlags(), []cli.Flag{
+			&cli.StringFlag{Name: "system", Usage: "a system message to open the conversation with"},
+			&cli.Uint64Flag{Name: "seed", Usage: "sampling seed (default: a random one per reply)"},
+		}...),
+		Action: func(c *cli.Context) error {
+			o, err := Open(c, 1)
+			if err != nil {
+				return err
+			}
+			defer o.L.Close()
+			if o.Template == nil {
+				if errors.Is(o.TemplateErr, chat.ErrNoTemplate) {
+					return fmt.Errorf("%w: this model has no chat template; give one with --chat-template FILE (or use sinf-run --prompt)", o.TemplateErr)
+				}
+				return o.TemplateErr
+			}
+			cfg := o.Cfg
+			cfg.MaxBodyBytes = 1 << 20
+			srv, err := New(cfg)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, os.Interrupt)
+			defer signal.Stop(sig)
+			req := request{maxTokens: cfg.MaxTokens, sampling: cfg.Sampling, sparsity: cfg.Sparsity}
+			if c.IsSet("seed") {
+				req.seed, req.seeded = c.Uint64("seed"), true
+			}
+			return chatLoop(srv, req, c.String("system"), c.App.Reader, c.App.Writer, sig)
+		},
+	}
+}
+
+type message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// chatLoop runs the conversation loop: each line read from in is a user turn;
+// the reply to the whole conversation (rendered through the template, as
+// HF's apply_chat_template with add_generation_prompt) streams to out. A
+// value on interrupt stops the reply being generated (the part written
+// stays in the conversation) or, at the prompt, says how to quit. End of
+// input, /exit or /quit ends it; /reset forgets all but the system message.
+func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writer, interrupt <-chan os.Signal) error {
+	var msgs []message
+	if system != "" {
+		msgs = append(msgs, message{"system", system})
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReader(in)
+		for {
+			line, err := r.ReadString('\n')
+			if line != "" {
+				lines <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	fmt.Fprintln(out, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over)")
+	for {
+		fmt.Fprint(out, "> ")
+		var line string
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				fmt.Fprintln(out)
+				return nil
+			}
+			line = strings.TrimRight(l, "\r\n")
+		case <-interrupt:
+			fmt.Fprintln(out, "\n(Ctrl-D or /exit quits)")
+			continue
+		}
+		switch strings.TrimSpace(line) {
+		case "":
+			continue
+		case "/exit", "/quit":
+			return nil
+		case "/reset":
+			msgs = msgs[:0]
+			if system != "" {
+				msgs = append(msgs, message{"system", system})
+			}
+			fmt.Fprintln(out, "(conversation cleared)")
+			continue
+		}
+		msgs = append(msgs, message{"user", line})
+		raw, _ := json.Marshal(msgs)
+		text, err := srv.cfg.Template.Render(raw, true, nil, chat.Options{})
+		if err != nil {
+			msgs = msgs[:len(msgs)-1]
+			fmt.Fprintf(out, "error: %v\n", err)
+			continue
+		}
+		ids := srv.cfg.Model.Tok.Encode(text, false)
+		if e := srv.checkPrompt("the conversation", ids); e != nil {
+			msgs = msgs[:len(msgs)-1]
+			fmt.Fprintf(out, "error: %s; /reset to start over\n", e.Message)
+			continue
+		}
+		if e := srv.admit(); e != nil {
+			return e
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-interrupt:
+				cancel()
+			case <-done:
+			}
+		}()
+		var reply strings.Builder
+		_, err = srv.generate(ctx, time.Now(), ids, req, func(t string) error {
+			reply.WriteString(t)
+			_, err := io.WriteString(out, t)
+			return err
+		})
+		close(done)
+		cancel()
+		switch {
+		case errors.Is(err, errCancelled):
+			fmt.Fprint(out, " [stopped]")
+		case err != nil:
+			return err
+		}
+		fmt.Fprintln(out)
+		msgs = append(msgs, message{"assistant", reply.String()})
+	}
+}

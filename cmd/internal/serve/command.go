@@ -1,0 +1,224 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/chat"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+// ModelFlags are the flags that open a model and its sessions, shared by
+// serve and chat.
+func ModelFlags() []cli.Flag {
+	return append(runcmd.SparsityFlags(), []cli.Flag{
+		&cli.StringFlag{Name: "model", Usage: "a .sinf file", Required: true},
+		&cli.StringFlag{Name: "chat-template", Usage: "a file holding a Jinja chat template, in place of the model's (tokenizer_config.json chat_template)"},
+		&cli.IntFlag{Name: "context", Usage: "KV cache positions per slot (0: the model's max_position_embeddings)"},
+		&cli.IntFlag{Name: "threads", Usage: "kernel threads per slot (0: the physical cores this process may use, divided among the slots)"},
+		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
+		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
+		&cli.Float64Flag{Name: "temperature", Usage: "default sampling temperature (default: generation_config.json's when it sets do_sample, else 0: greedy)"},
+		&cli.IntFlag{Name: "top-k", Usage: "default top-k (0: all; default: generation_config.json's)"},
+		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "default top-p (1: off; default: generation_config.json's)"},
+		&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "default max_tokens of a request"},
+		&cli.BoolFlag{Name: "no-bos", Usage: "completions: do not add the BOS token even if the tokenizer config asks for it"},
+		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before serving"},
+	}...)
+}
+
+// Command is `sinf-run serve`.
+func Command() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "serve a .sinf model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, /health)",
+		UsageText: "sinf-run serve --model FILE.sinf [--host 127.0.0.1] [--port 8080] [--parallel N] [--api-key KEY] [options]\n\n" +
+			"curl http://127.0.0.1:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
+		Flags: append(ModelFlags(), []cli.Flag{
+			&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on; anything but loopback needs --api-key"},
+			&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port (0: any free one, printed at start)"},
+			&cli.StringFlag{Name: "api-key", EnvVars: []string{"SINF_API_KEY"}, Usage: "require Authorization: Bearer KEY on /v1 and /metrics"},
+			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "slots: requests generated at once, each with its own KV cache and neuron set"},
+			&cli.IntFlag{Name: "queue", Value: 16, Usage: "requests that may wait for a slot; more get 503 with Retry-After"},
+			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "request body limit in bytes (413 above)"},
+			&cli.StringFlag{Name: "model-id", Usage: "the model's id in /v1/models and requests (default: the file name without .sinf)"},
+			&cli.BoolFlag{Name: "metrics", Usage: "serve GET /metrics (Prometheus text: requests, tokens, time to first token, busy slots)"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM or SIGINT, let running requests finish this long, then cancel them"},
+		}...),
+		Action: serveAction,
+	}
+}
+
+// Opened is a model ready for serve or chat.
+type Opened struct {
+	L           *runcmd.Loaded
+	Template    *chat.Template
+	TemplateErr error
+	Cfg         Config
+}
+
+// Open opens the model, its template and the slot factory from ModelFlags.
+func Open(c *cli.Context, parallel int) (*Opened, error) {
+	if c.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", c.Args().Slice())
+	}
+	if parallel < 1 {
+		return nil, fmt.Errorf("--parallel %d: want ≥ 1", parallel)
+	}
+	if err := runcmd.CheckThreads(c); err != nil {
+		return nil, err
+	}
+	if c.Int("context") < 0 {
+		return nil, fmt.Errorf("--context %d: want ≥ 0 (0: the model's max_position_embeddings)", c.Int("context"))
+	}
+	if c.Int("max-tokens") < 1 {
+		return nil, fmt.Errorf("--max-tokens %d: want ≥ 1", c.Int("max-tokens"))
+	}
+	l, err := runcmd.OpenSinf(c.String("model"), c.Bool("verify"))
+	if err != nil {
+		return nil, err
+	}
+	sp, err := runcmd.Sparsity(c, l.Model)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	o := &Opened{L: l}
+	if p := c.String("chat-template"); p != "" {
+		var src []byte
+		if src, err = os.ReadFile(p); err == nil {
+			special := map[string]string{}
+			if def, derr := chat.FromTokenizerConfig("", l.Meta.TokenizerConfig); derr == nil {
+				special = def.Special()
+			}
+			o.Template, err = chat.New(p, string(src), special)
+		}
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+	} else {
+		o.Template, o.TemplateErr = chat.FromTokenizerConfig(l.Path+": metadata field tokenizer_config", l.Meta.TokenizerConfig)
+	}
+	threads := c.Int("threads")
+	if threads == 0 {
+		threads = max(1, kernels.DefaultThreads()/parallel)
+	}
+	dev := runcmd.DeviceOptions{Threads: threads, Context: c.Int("context"), Mapped: c.Bool("mapped")}
+	sam := l.Gen.Sampling()
+	sam = runcmd.SamplingFlags(c, sam)
+	if err := checkSampling(sam); err != nil {
+		l.Close()
+		return nil, err
+	}
+	o.Cfg = Config{Model: l, Template: o.Template, TemplateErr: o.TemplateErr, AddBOS: l.Tok.AddsBOS() && !c.Bool("no-bos"),
+		NewBackend: func() (runcmd.Backend, error) {
+			b, _, err := runcmd.NewGenerator(c.String("device"), l, dev)
+			return b, err
+		},
+		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens")}
+	return o, nil
+}
+
+func checkSampling(sam runtime.SamplingParams) error {
+	switch {
+	case !(sam.Temperature >= 0):
+		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", sam.Temperature)
+	case sam.TopK < 0:
+		return fmt.Errorf("--top-k %d: want ≥ 0 (0: no cut)", sam.TopK)
+	case !(sam.TopP > 0 && sam.TopP <= 1):
+		return fmt.Errorf("--top-p %g: want a probability in (0, 1]", sam.TopP)
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func serveAction(c *cli.Context) error {
+	host := c.String("host")
+	if !isLoopback(host) && c.String("api-key") == "" {
+		return fmt.Errorf("--host %s: listening beyond this machine needs --api-key KEY (or $SINF_API_KEY), so that only your clients can use it", host)
+	}
+	if c.Int64("max-body") < 1024 {
+		return fmt.Errorf("--max-body %d: want ≥ 1024 bytes", c.Int64("max-body"))
+	}
+	o, err := Open(c, c.Int("parallel"))
+	if err != nil {
+		return err
+	}
+	defer o.L.Close()
+	cfg := o.Cfg
+	cfg.Queue, cfg.APIKey, cfg.MaxBodyBytes, cfg.Metrics = c.Int("queue"), c.String("api-key"), c.Int64("max-body"), c.Bool("metrics")
+	cfg.ModelID = c.String("model-id")
+	if cfg.ModelID == "" {
+		cfg.ModelID = strings.TrimSuffix(filepath.Base(o.L.Path), ".sinf")
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(c.Int("port"))))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	chatNote := "chat template: yes"
+	if o.Template == nil {
+		chatNote = "no chat template (/v1/chat/completions answers 400)"
+	}
+	fmt.Fprintf(c.App.ErrWriter, "sinf-run serve: %s as %q on http://%s (%d slot(s) of %d positions, %s, mode %s)\n",
+		o.L.Path, cfg.ModelID, ln.Addr(), cfg.Parallel, srv.Context(), chatNote, cfg.Sparsity.Mode)
+	return Run(ctx, ln, srv, c.Duration("shutdown-timeout"), c.App.ErrWriter)
+}
+
+// Run serves on ln until ctx is done, then shuts down: it stops accepting,
+// lets running requests finish for grace, then cancels them at their next
+// token and waits for their handlers.
+func Run(ctx context.Context, ln net.Listener, srv *Server, grace time.Duration, log interface{ Write([]byte) (int, error) }) error {
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(log, "sinf-run serve: shutting down (running requests get %v)\n", grace)
+	gctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := hs.Shutdown(gctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		srv.Cancel()
+		fmt.Fprintln(log, "sinf-run serve: cancelling the requests still running")
+		fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer fcancel()
+		err = hs.Shutdown(fctx)
+	}
+	srv.Cancel()
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	return nil
+}

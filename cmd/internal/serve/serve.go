@@ -1,0 +1,387 @@
+// Package serve is sinf-run's OpenAI-compatible HTTP server (stdlib
+// net/http): POST /v1/completions and /v1/chat/completions (non-streaming,
+// or server-sent events with stream: true, the OpenAI chunk format ending
+// in "data: [DONE]"), GET /v1/models, GET /health, and GET /metrics
+// (Prometheus text) when enabled.
+//
+// Each of Config.Parallel slots is one runtime session (its own KV cache of
+// Context positions, its own kernel threads) whose dynamic neurons are
+// chosen at each request's prefill. Requests wait for a slot in a bounded
+// queue; a full queue is a 503 with Retry-After. A client that disconnects
+// stops its generation at the next token. The package links only format,
+// runtime and runcmd, so sinf-run stays free of converter code.
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/chat"
+)
+
+// Config configures a Server.
+type Config struct {
+	Model       *runcmd.Loaded
+	ModelID     string         // the id /v1/models lists and requests name
+	Template    *chat.Template // nil: chat requests get a 400 quoting TemplateErr
+	TemplateErr error
+	AddBOS      bool // completions: prepend BOS (the tokenizer config's add_bos_token, unless --no-bos)
+	// NewBackend opens one slot's generator (runcmd.NewGenerator).
+	NewBackend func() (runcmd.Backend, error)
+	Parallel   int // slots (≥ 1)
+	Queue      int // requests that may wait for a slot beyond those running (≥ 0)
+
+	Sampling  runtime.SamplingParams // defaults: generation_config.json, then flags
+	Sparsity  runtime.Sparsity       // defaults: --mode, --phi, --alpha
+	EOS       []int
+	MaxTokens int // default max_tokens
+
+	APIKey       string // non-empty: /v1 and /metrics need "Authorization: Bearer APIKey"
+	MaxBodyBytes int64  // request body limit (413 above)
+	Metrics      bool   // serve GET /metrics
+}
+
+// Server serves one model.
+type Server struct {
+	cfg     Config
+	slots   chan runcmd.Backend
+	all     []runcmd.Backend
+	tickets chan struct{} // running + waiting requests; full: 503
+	done    chan struct{} // closed by Cancel
+	cancel  sync.Once
+	created int64
+
+	m metrics
+}
+
+type metrics struct {
+	requests, rejected, cancelled atomic.Int64
+	promptTokens, genTokens       atomic.Int64
+	ttftMicros, ttftCount         atomic.Int64
+	busy                          atomic.Int64
+}
+
+// New opens Config.Parallel backends.
+func New(cfg Config) (*Server, error) {
+	if cfg.Parallel < 1 {
+		return nil, fmt.Errorf("--parallel %d: want ≥ 1", cfg.Parallel)
+	}
+	if cfg.Queue < 0 {
+		return nil, fmt.Errorf("--queue %d: want ≥ 0", cfg.Queue)
+	}
+	s := &Server{cfg: cfg, slots: make(chan runcmd.Backend, cfg.Parallel), tickets: make(chan struct{}, cfg.Parallel+cfg.Queue),
+		done: make(chan struct{}), created: time.Now().Unix()}
+	for range cfg.Parallel {
+		b, err := cfg.NewBackend()
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.all = append(s.all, b)
+		s.slots <- b
+	}
+	return s, nil
+}
+
+// Context returns the KV cache positions of each slot.
+func (s *Server) Context() int { return s.all[0].Context() }
+
+// Cancel makes every running generation stop at its next token and every
+// waiting request fail with 503 (shutdown after the grace period).
+func (s *Server) Cancel() { s.cancel.Do(func() { close(s.done) }) }
+
+// Close releases the backends; call it once no request runs.
+func (s *Server) Close() {
+	for _, b := range s.all {
+		b.Close()
+	}
+	s.all = nil
+}
+
+// Handler returns the HTTP routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/models", s.auth(s.models))
+	mux.HandleFunc("POST /v1/completions", s.auth(s.completions))
+	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chatCompletions))
+	if s.cfg.Metrics {
+		mux.HandleFunc("GET /metrics", s.auth(s.metrics))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		status, msg := http.StatusNotFound, fmt.Sprintf("no route %s %s (see GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health)", r.Method, r.URL.Path)
+		for _, p := range []string{"/health", "/v1/models", "/v1/completions", "/v1/chat/completions", "/metrics"} {
+			if r.URL.Path == p && (p != "/metrics" || s.cfg.Metrics) {
+				status, msg = http.StatusMethodNotAllowed, fmt.Sprintf("%s does not take %s", p, r.Method)
+			}
+		}
+		writeError(w, &apiError{Status: status, Message: msg, Type: "invalid_request_error"})
+	})
+	return mux
+}
+
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	if s.cfg.APIKey == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.cfg.APIKey)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeError(w, &apiError{Status: http.StatusUnauthorized, Message: "missing or wrong API key: send Authorization: Bearer KEY", Type: "invalid_request_error", Code: "invalid_api_key"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "slots": s.cfg.Parallel, "slots_idle": len(s.slots),
+		"queued": max(0, len(s.tickets)-s.cfg.Parallel), "rss_bytes": runtime.RSS(), "rss_anon_bytes": runtime.AnonRSS()})
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": s.cfg.ModelID, "object": "model", "created": s.created, "owned_by": "sinf",
+		"context_length": s.Context(), "chat_template": s.cfg.Template != nil,
+	}}})
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	m := &s.m
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# HELP sinf_requests_total Generation requests accepted.\n# TYPE sinf_requests_total counter\nsinf_requests_total %d\n", m.requests.Load())
+	fmt.Fprintf(w, "# HELP sinf_requests_rejected_total Requests refused with 503 (queue full or shutting down).\n# TYPE sinf_requests_rejected_total counter\nsinf_requests_rejected_total %d\n", m.rejected.Load())
+	fmt.Fprintf(w, "# HELP sinf_requests_cancelled_total Generations stopped because the client went away or the server shut down.\n# TYPE sinf_requests_cancelled_total counter\nsinf_requests_cancelled_total %d\n", m.cancelled.Load())
+	fmt.Fprintf(w, "# HELP sinf_prompt_tokens_total Prompt tokens prefilled.\n# TYPE sinf_prompt_tokens_total counter\nsinf_prompt_tokens_total %d\n", m.promptTokens.Load())
+	fmt.Fprintf(w, "# HELP sinf_generated_tokens_total Tokens generated.\n# TYPE sinf_generated_tokens_total counter\nsinf_generated_tokens_total %d\n", m.genTokens.Load())
+	fmt.Fprintf(w, "# HELP sinf_time_to_first_token_seconds From the request's arrival to its first generated token (queue wait and prefill included).\n# TYPE sinf_time_to_first_token_seconds summary\nsinf_time_to_first_token_seconds_sum %g\nsinf_time_to_first_token_seconds_count %d\n",
+		float64(m.ttftMicros.Load())/1e6, m.ttftCount.Load())
+	fmt.Fprintf(w, "# HELP sinf_slots_busy Slots generating now.\n# TYPE sinf_slots_busy gauge\nsinf_slots_busy %d\n", m.busy.Load())
+	fmt.Fprintf(w, "# HELP sinf_slots Slots (--parallel).\n# TYPE sinf_slots gauge\nsinf_slots %d\n", s.cfg.Parallel)
+}
+
+// readBody reads a request body within MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (fields, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-body)", tooBig.Limit), Type: "invalid_request_error"}
+	}
+	if err != nil {
+		return nil, badRequest("", "reading the request body: %v", err)
+	}
+	return parseBody(body)
+}
+
+// output receives a generation's text as it becomes safe to send.
+type output func(text string) error
+
+// timings are sinf's per-response figures (an extension field "timings").
+type timings struct {
+	QueueMS            float64 `json:"queue_ms"`
+	TimeToFirstTokenMS float64 `json:"ttft_ms"`
+	PromptTokens       int     `json:"prompt_n"`
+	PromptPerSecond    float64 `json:"prompt_per_second"`
+	GeneratedTokens    int     `json:"predicted_n"`
+	GeneratedPerSecond float64 `json:"predicted_per_second"` // decode steps per second, as sinf-run --json's decode_tokens_per_s
+	Mode               string  `json:"mode"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type outcome struct {
+	finish  string // "stop" or "length"
+	usage   usage
+	timings timings
+}
+
+var errCancelled = errors.New("generation cancelled")
+
+// admit takes a queue ticket, or answers 503 when the queue is full or the
+// server is shutting down. The caller releases the ticket.
+func (s *Server) admit() *apiError {
+	select {
+	case <-s.done:
+	default:
+		select {
+		case s.tickets <- struct{}{}:
+			s.m.requests.Add(1)
+			return nil
+		default:
+		}
+	}
+	s.m.rejected.Add(1)
+	return &apiError{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("the server is busy: %d requests running and %d waiting (--parallel, --queue); retry later", s.cfg.Parallel, s.cfg.Queue),
+		Type: "server_error", Code: "server_busy"}
+}
+
+// generate runs one admitted request on a free slot, sending text to out as
+// it becomes safe (stop strings held back and cut). It returns errCancelled
+// when the client went away or the server cancelled it.
+func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req request, out output) (outcome, error) {
+	defer func() { <-s.tickets }()
+	var o outcome
+	var slot runcmd.Backend
+	select {
+	case slot = <-s.slots:
+	case <-ctx.Done():
+		s.m.cancelled.Add(1)
+		return o, errCancelled
+	case <-s.done:
+		s.m.cancelled.Add(1)
+		return o, errCancelled
+	}
+	s.m.busy.Add(1)
+	defer func() {
+		slot.Reset()
+		s.m.busy.Add(-1)
+		s.slots <- slot
+	}()
+	started := time.Now()
+	o.timings.QueueMS = float64(started.Sub(arrived).Microseconds()) / 1e3
+	seed := req.seed
+	if !req.seeded {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		for _, c := range b {
+			seed = seed<<8 | uint64(c)
+		}
+	}
+	maxTokens := min(req.maxTokens, slot.Context()-len(ids))
+	dec := s.cfg.Model.Tok.NewDecoder()
+	match := &stopMatcher{stops: req.stop}
+	var outErr error
+	n := 0
+	res, err := slot.Generate(ids, runtime.GenerateOptions{
+		MaxTokens: maxTokens,
+		Sampler:   runtime.NewSampler(req.sampling.Temperature, req.sampling.TopK, req.sampling.TopP, seed),
+		Sparsity:  req.sparsity,
+		EOS:       s.cfg.EOS,
+		OnToken: func(id int) {
+			if n++; n == 1 {
+				o.timings.TimeToFirstTokenMS = float64(time.Since(arrived).Microseconds()) / 1e3
+				s.m.ttftMicros.Add(time.Since(arrived).Microseconds())
+				s.m.ttftCount.Add(1)
+			}
+			if slices.Contains(s.cfg.EOS, id) {
+				return // the end marker is not text
+			}
+			if t := match.add(dec.Add(id)); t != "" && outErr == nil {
+				outErr = out(t)
+			}
+		},
+		Stop: func() bool {
+			return match.matched || outErr != nil || ctx.Err() != nil || s.cancelled()
+		},
+	})
+	s.m.promptTokens.Add(int64(len(ids)))
+	s.m.genTokens.Add(int64(len(res.IDs)))
+	if err != nil {
+		return o, err
+	}
+	if outErr != nil || ctx.Err() != nil || (s.cancelled() && !match.matched && !finished(res, s.cfg.EOS, maxTokens)) {
+		s.m.cancelled.Add(1)
+		return o, errCancelled
+	}
+	if t := match.flush(dec.Flush()); t != "" {
+		if err := out(t); err != nil {
+			s.m.cancelled.Add(1)
+			return o, errCancelled
+		}
+	}
+	o.finish = "length"
+	if match.matched || (len(res.IDs) > 0 && slices.Contains(s.cfg.EOS, res.IDs[len(res.IDs)-1])) {
+		o.finish = "stop"
+	}
+	o.usage = usage{PromptTokens: len(ids), CompletionTokens: len(res.IDs), TotalTokens: len(ids) + len(res.IDs)}
+	o.timings.PromptTokens, o.timings.GeneratedTokens = len(ids), len(res.IDs)
+	o.timings.PromptPerSecond, o.timings.GeneratedPerSecond = res.PrefillTokensPerS, res.DecodeTokensPerS
+	o.timings.Mode = req.sparsity.Mode.String()
+	return o, nil
+}
+
+// finished reports whether a generation ended on its own (EOS or length).
+func finished(res runtime.Result, eos []int, maxTokens int) bool {
+	n := len(res.IDs)
+	return n >= maxTokens || (n > 0 && slices.Contains(eos, res.IDs[n-1]))
+}
+
+func (s *Server) cancelled() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkPrompt refuses an empty prompt, one with ids the model has no
+// embedding for, and one that leaves no room in the context.
+func (s *Server) checkPrompt(param string, ids []int) *apiError {
+	if len(ids) == 0 {
+		return badRequest(param, "%s: encodes to no tokens", param)
+	}
+	if v := s.cfg.Model.Model.Config.Vocab; slices.Max(ids) >= v {
+		return badRequest(param, "%s: holds token id %d, outside the model's vocabulary (vocab_size %d): its tokenizer has more tokens than the model", param, slices.Max(ids), v)
+	}
+	if ctx := s.Context(); len(ids) >= ctx {
+		e := badRequest(param, "%s: %d tokens, and the context is %d positions (--context): shorten the prompt", param, len(ids), ctx)
+		e.Code = "context_length_exceeded"
+		return e
+	}
+	return nil
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// sse writes server-sent events.
+type sse struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, rc: http.NewResponseController(w)}
+}
+
+func (e *sse) send(v any) error {
+	var b strings.Builder
+	b.WriteString("data: ")
+	b.Write(marshal(v))
+	b.WriteString("\n\n")
+	if _, err := io.WriteString(e.w, b.String()); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+func (e *sse) done() {
+	_, _ = io.WriteString(e.w, "data: [DONE]\n\n")
+	_ = e.rc.Flush()
+}

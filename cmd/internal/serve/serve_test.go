@@ -1,0 +1,782 @@
+package serve_test
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
+	"github.com/selectinfer/sinf/cmd/internal/serve"
+	"github.com/selectinfer/sinf/cmd/internal/serve/load"
+	"github.com/selectinfer/sinf/convert"
+	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/chat"
+)
+
+// testTemplate is a small chat template for the TinyStories model (which
+// ships none).
+const testTemplate = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}Story:{% endif %}"
+
+var (
+	fileOnce  sync.Once
+	fileDir   string
+	chatFile  string // tinystories-656k with testTemplate, γ = 0.7 random
+	plainFile string // the same without a template
+)
+
+// files converts tinystories-656k twice (with and without a chat template)
+// into a folder kept for the whole test binary.
+func files(t testing.TB) (withTemplate, without string) {
+	t.Helper()
+	src := sharedtest.Path(t, "models", "tinystories-656k")
+	fileOnce.Do(func() {
+		var err error
+		fileDir, err = os.MkdirTemp("", "serve-test")
+		require.NoError(t, err)
+		model := filepath.Join(fileDir, "model")
+		require.NoError(t, os.MkdirAll(model, 0o755))
+		for _, n := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+			b, err := os.ReadFile(filepath.Join(src, n))
+			require.NoError(t, err)
+			if n == "tokenizer_config.json" {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal(b, &m))
+				m["chat_template"] = testTemplate
+				b, _ = json.Marshal(m)
+			}
+			require.NoError(t, os.WriteFile(filepath.Join(model, n), b, 0o644))
+		}
+		for _, c := range []struct {
+			dir, out string
+			dst      *string
+		}{{model, "ts-chat.sinf", &chatFile}, {src, "ts.sinf", &plainFile}} {
+			ck, err := hf.Open(c.dir)
+			require.NoError(t, err)
+			*c.dst = filepath.Join(fileDir, c.out)
+			_, err = convert.Convert(ck, *c.dst, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true, Seed: 1, FirstLayer: 0, LastLayer: 2, ExplicitRange: true})
+			ck.Close()
+			require.NoError(t, err)
+		}
+	})
+	if chatFile == "" {
+		t.Fatal("building the test files failed in an earlier test")
+	}
+	return chatFile, plainFile
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fileDir != "" {
+		os.RemoveAll(fileDir)
+	}
+	os.Exit(code)
+}
+
+// hooked wraps a slot's backend: before each Generate it waits on gate (when
+// set), and each token calls onToken (when set); the last result is kept.
+type hooked struct {
+	runcmd.Backend
+	gate    chan struct{}
+	onToken func(n int)
+	last    chan runtime.Result
+}
+
+func (h *hooked) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.Result, error) {
+	if h.gate != nil {
+		<-h.gate
+	}
+	n := 0
+	inner := opt.OnToken
+	opt.OnToken = func(id int) {
+		n++
+		inner(id)
+		if h.onToken != nil {
+			h.onToken(n)
+		}
+	}
+	r, err := h.Backend.Generate(prompt, opt)
+	if h.last != nil {
+		h.last <- r
+	}
+	return r, err
+}
+
+type setup struct {
+	file      string
+	threads   int // per slot (0: 1)
+	maxTokens int // default max_tokens (0: 16)
+	parallel  int
+	queue     int
+	apiKey    string
+	maxBody   int64
+	context   int
+	wrap      func(b runcmd.Backend) runcmd.Backend
+}
+
+// newServer opens the file and serves it on an httptest server.
+func newServer(t testing.TB, o setup) (*httptest.Server, *serve.Server, *runcmd.Loaded) {
+	t.Helper()
+	l, err := runcmd.OpenSinf(o.file, false)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	tmpl, terr := chat.FromTokenizerConfig(o.file, l.Meta.TokenizerConfig)
+	cfg := serve.Config{Model: l, ModelID: "ts", Template: tmpl, TemplateErr: terr, AddBOS: l.Tok.AddsBOS(),
+		NewBackend: func() (runcmd.Backend, error) {
+			b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: max(1, o.threads), Context: o.context})
+			if err == nil && o.wrap != nil {
+				b = o.wrap(b)
+			}
+			return b, err
+		},
+		Parallel: max(1, o.parallel), Queue: o.queue, Sampling: runtime.SamplingParams{TopP: 1},
+		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
+		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true}
+	if terr != nil {
+		cfg.Template = nil
+	}
+	srv, err := serve.New(cfg)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { ts.Close(); srv.Close() })
+	return ts, srv, l
+}
+
+func post(t *testing.T, url, body string, header ...string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	require.NoError(t, err)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header, b
+}
+
+type completion struct {
+	Object  string
+	Model   string
+	Choices []struct {
+		Text         string
+		Message      struct{ Role, Content string }
+		Delta        map[string]string
+		FinishReason *string `json:"finish_reason"`
+	}
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+	Timings *struct {
+		TTFT float64 `json:"ttft_ms"`
+	}
+}
+
+func decode(t *testing.T, b []byte) completion {
+	t.Helper()
+	var c completion
+	require.NoError(t, json.Unmarshal(b, &c), "%s", b)
+	return c
+}
+
+// events reads a server-sent event stream: the data of each event, [DONE]
+// included.
+func events(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		d, ok := strings.CutPrefix(line, "data: ")
+		require.True(t, ok, "not an SSE data line: %q", line)
+		out = append(out, d)
+	}
+	return out
+}
+
+// reference generates greedily on a fresh session, as sinf-run does, and
+// returns the ids and the text (EOS pieces left out).
+func reference(t *testing.T, l *runcmd.Loaded, ids []int, maxTokens int) ([]int, string) {
+	t.Helper()
+	b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: 1})
+	require.NoError(t, err)
+	defer b.Close()
+	dec := l.Tok.NewDecoder()
+	var text strings.Builder
+	eos := l.EOS()
+	res, err := b.Generate(ids, runtime.GenerateOptions{MaxTokens: maxTokens, EOS: eos,
+		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
+		OnToken: func(id int) {
+			for _, e := range eos {
+				if id == e {
+					return
+				}
+			}
+			text.WriteString(dec.Add(id))
+		}})
+	require.NoError(t, err)
+	text.WriteString(dec.Flush())
+	return res.IDs, text.String()
+}
+
+// runcmdApp runs sinf-run's generation command line in-process.
+func runcmdApp(o io.Writer) func(file, prompt string, n int) error {
+	return func(file, prompt string, n int) error {
+		app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: o, ErrWriter: io.Discard}
+		return app.Run([]string{"sinf-run", "--model", file, "--prompt", prompt, "--max-tokens", fmt.Sprint(n), "--json", "--threads", "1"})
+	}
+}
+
+// TestCompletion: a greedy completion returns the text sinf-run generates
+// for the prompt, with usage counts and finish_reason length.
+func TestCompletion(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file})
+	prompt := "Once upon a time"
+	ids := l.Tok.Encode(prompt, l.Tok.AddsBOS())
+	want, text := reference(t, l, ids, 12)
+	require.Len(t, want, 12, "the reference must not stop at EOS")
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"model":"ts","prompt":"Once upon a time","max_tokens":12,"temperature":0}`)
+	require.Equal(t, 200, code, "%s", b)
+	c := decode(t, b)
+	require.Equal(t, "text_completion", c.Object)
+	require.Equal(t, "ts", c.Model)
+	require.Equal(t, text, c.Choices[0].Text)
+	require.Equal(t, "length", *c.Choices[0].FinishReason)
+	require.Equal(t, len(ids), c.Usage.PromptTokens)
+	require.Equal(t, 12, c.Usage.CompletionTokens)
+	require.Equal(t, len(ids)+12, c.Usage.TotalTokens)
+	require.Greater(t, c.Timings.TTFT, 0.0)
+	// The same text through sinf-run's own command line (--json).
+	var o bytes.Buffer
+	app := runcmdApp(&o)
+	require.NoError(t, app(file, prompt, 12))
+	var rep runcmd.Report
+	require.NoError(t, json.Unmarshal(o.Bytes(), &rep))
+	require.Equal(t, want, rep.IDs)
+	require.Equal(t, rep.Text, c.Choices[0].Text)
+}
+
+// TestChatCompletion: messages go through the template, the rendered text
+// is tokenized without BOS, and the reply is the greedy continuation; the
+// streamed deltas add up to the same text, the first carries the role, the
+// last the finish_reason, a usage chunk follows when asked, then [DONE].
+func TestChatCompletion(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file})
+	ids := l.Tok.Encode("user: Tell me a story\nStory:", false)
+	_, text := reference(t, l, ids, 10)
+	body := `{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":10}`
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", body)
+	require.Equal(t, 200, code, "%s", b)
+	c := decode(t, b)
+	require.Equal(t, "chat.completion", c.Object)
+	require.Equal(t, "assistant", c.Choices[0].Message.Role)
+	require.Equal(t, text, c.Choices[0].Message.Content)
+	require.Equal(t, len(ids), c.Usage.PromptTokens)
+
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	ev := events(t, resp.Body)
+	require.Equal(t, "[DONE]", ev[len(ev)-1])
+	var streamed strings.Builder
+	for i, e := range ev[:len(ev)-3] {
+		ch := decode(t, []byte(e))
+		require.Equal(t, "chat.completion.chunk", ch.Object)
+		require.Nil(t, ch.Choices[0].FinishReason)
+		if i == 0 {
+			require.Equal(t, "assistant", ch.Choices[0].Delta["role"])
+		} else {
+			require.NotContains(t, ch.Choices[0].Delta, "role")
+		}
+		streamed.WriteString(ch.Choices[0].Delta["content"])
+	}
+	require.Equal(t, text, streamed.String())
+	last := decode(t, []byte(ev[len(ev)-3]))
+	require.Equal(t, "length", *last.Choices[0].FinishReason)
+	u := decode(t, []byte(ev[len(ev)-2]))
+	require.Empty(t, u.Choices)
+	require.Equal(t, 10, u.Usage.CompletionTokens)
+}
+
+// TestStopStrings: a stop string split across two tokens ends the reply
+// before it, is never sent (streamed or not), and finish_reason is stop.
+func TestStopStrings(t *testing.T) {
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file})
+	resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":16,"stream":true}`))
+	require.NoError(t, err)
+	ev := events(t, resp.Body)
+	resp.Body.Close()
+	var pieces []string
+	for _, e := range ev[:len(ev)-2] {
+		pieces = append(pieces, decode(t, []byte(e)).Choices[0].Text)
+	}
+	full := strings.Join(pieces, "")
+	// A stop string from the end of one piece and the start of the next.
+	var stop string
+	for i := 1; i+1 < len(pieces) && stop == ""; i++ {
+		a, b := pieces[i], pieces[i+1]
+		if len(a) >= 2 && len(b) >= 2 {
+			stop = a[len(a)-2:] + b[:2]
+		}
+	}
+	require.NotEmpty(t, stop, "pieces %q", pieces)
+	want := full[:strings.Index(full, stop)]
+	stopJSON, _ := json.Marshal([]string{"never-there", stop})
+	code, _, b := post(t, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt":"Once upon a time","max_tokens":16,"stop":%s}`, stopJSON))
+	require.Equal(t, 200, code, "%s", b)
+	c := decode(t, b)
+	require.Equal(t, want, c.Choices[0].Text)
+	require.Equal(t, "stop", *c.Choices[0].FinishReason)
+	require.Less(t, c.Usage.CompletionTokens, 16)
+
+	resp, err = http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(fmt.Sprintf(`{"prompt":"Once upon a time","max_tokens":16,"stream":true,"stop":%s}`, stopJSON)))
+	require.NoError(t, err)
+	ev = events(t, resp.Body)
+	resp.Body.Close()
+	var got strings.Builder
+	for _, e := range ev[:len(ev)-2] {
+		got.WriteString(decode(t, []byte(e)).Choices[0].Text)
+	}
+	require.Equal(t, want, got.String())
+	require.Equal(t, "stop", *decode(t, []byte(ev[len(ev)-2])).Choices[0].FinishReason)
+}
+
+// TestBadRequests: each bad request is an OpenAI-style JSON error naming
+// the problem, with the right status.
+func TestBadRequests(t *testing.T) {
+	file, plain := files(t)
+	ts, _, _ := newServer(t, setup{file: file, context: 64, maxBody: 1 << 20})
+	long := strings.Repeat("Once upon a time there was a dog. ", 20)
+	for _, c := range []struct {
+		path, body string
+		status     int
+		param      any
+		want       string
+	}{
+		{"/v1/completions", `{"prompt":`, 400, nil, "the request body is not a JSON object: unexpected EOF"},
+		{"/v1/completions", `[1,2]`, 400, nil, "the request body is not a JSON object"},
+		{"/v1/completions", `{"prompt":"a"} {}`, 400, nil, "the request body holds data after its JSON object"},
+		{"/v1/completions", `{"prompt":"a","n":2}`, 400, "n", "n: 2 choices asked; sinf generates one (n = 1)"},
+		{"/v1/completions", `{"prompt":"a","model":"gpt-4"}`, 404, "model", `the model "gpt-4" does not exist: this server serves "ts"`},
+		{"/v1/completions", `{"prompt":"a","frobnicate":1,"suffix":"x"}`, 400, "frobnicate", "unsupported field(s): frobnicate, suffix"},
+		{"/v1/completions", `{"prompt":"a","presence_penalty":0.5}`, 400, "presence_penalty", "presence_penalty: not supported by sinf (only 0 is accepted)"},
+		{"/v1/completions", `{"prompt":"a","temperature":-1}`, 400, "temperature", "temperature: -1, want ≥ 0 (0: greedy)"},
+		{"/v1/completions", `{"prompt":"a","top_p":0}`, 400, "top_p", "top_p: 0, want a probability in (0, 1]"},
+		{"/v1/completions", `{"prompt":"a","max_tokens":0}`, 400, "max_tokens", "max_tokens: 0, want ≥ 1"},
+		{"/v1/completions", `{"prompt":"a","max_tokens":"many"}`, 400, "max_tokens", `max_tokens: want an integer, found "many"`},
+		{"/v1/completions", `{"prompt":"a","stop":[1]}`, 400, "stop", "stop: want a string or a list of strings"},
+		{"/v1/completions", `{"prompt":"a","mode":"sparse"}`, 400, "mode", "mode: "},
+		{"/v1/completions", `{"prompt":"a","phi":0.9}`, 400, "phi", "exceeds gamma"},
+		{"/v1/completions", `{"prompt":["a","b"]}`, 400, "prompt", "prompt: a list of 2 prompts; sinf takes one per request"},
+		{"/v1/completions", `{"prompt":[1,2]}`, 400, "prompt", "prompt: want a string (token-id prompts are not supported)"},
+		{"/v1/completions", `{}`, 400, "prompt", "prompt: missing"},
+		{"/v1/completions", `{"prompt":""}`, 400, "prompt", "prompt: empty"},
+		{"/v1/completions", `{"prompt":"` + long + `"}`, 400, "prompt", "tokens, and the context is 64 positions (--context): shorten the prompt"},
+		{"/v1/chat/completions", `{"messages":[]}`, 400, "messages", "messages: empty"},
+		{"/v1/chat/completions", `{"messages":[{"content":"x"}]}`, 400, "messages[0].role", "messages[0].role: want a string"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`, 400, "messages[0].content", "content parts are not supported"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"max_completion_tokens":2}`, 400, "max_completion_tokens", "give max_tokens or max_completion_tokens, not both"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages", "the context is 64 positions"},
+	} {
+		code, h, b := post(t, ts.URL+c.path, c.body)
+		require.Equal(t, c.status, code, "%s: %s", c.body, b)
+		require.Equal(t, "application/json", h.Get("Content-Type"))
+		var e struct {
+			Error struct {
+				Message, Type string
+				Param         any
+			}
+		}
+		require.NoError(t, json.Unmarshal(b, &e), "%s", b)
+		require.Contains(t, e.Error.Message, c.want, c.body)
+		require.Equal(t, c.param, e.Error.Param, c.body)
+		require.Equal(t, "invalid_request_error", e.Error.Type)
+	}
+	// Size limit, routes and methods.
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"`+strings.Repeat("a", 2<<20)+`"}`)
+	require.Equal(t, 413, code)
+	require.Contains(t, string(b), "the request body is larger than the limit of 1048576 bytes (--max-body)")
+	resp, err := http.Get(ts.URL + "/v1/completions")
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 405, resp.StatusCode)
+	require.Contains(t, string(b), "/v1/completions does not take GET")
+	resp, err = http.Get(ts.URL + "/v2/nothing")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 404, resp.StatusCode)
+
+	// A model without a template: chat requests are a 400 saying so.
+	np, _, _ := newServer(t, setup{file: plain})
+	code, _, b = post(t, np.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), "this model has no chat template; use /v1/completions, or start the server with --chat-template FILE")
+}
+
+// TestAPIKey: with --api-key, /v1 needs the Bearer key; /health does not.
+func TestAPIKey(t *testing.T) {
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file, apiKey: "s3cret"})
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once","max_tokens":2}`)
+	require.Equal(t, 401, code)
+	require.Contains(t, string(b), `"code":"invalid_api_key"`)
+	code, _, _ = post(t, ts.URL+"/v1/completions", `{"prompt":"Once","max_tokens":2}`, "Authorization", "Bearer wrong")
+	require.Equal(t, 401, code)
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"Once","max_tokens":2}`, "Authorization", "Bearer s3cret")
+	require.Equal(t, 200, code, "%s", b)
+	resp, err := http.Get(ts.URL + "/health")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+}
+
+// TestModelsHealthMetrics: GET /v1/models lists the model, /health the
+// slots, /metrics counts requests and tokens in Prometheus text.
+func TestModelsHealthMetrics(t *testing.T) {
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file, parallel: 2, context: 128})
+	get := func(path string) string {
+		resp, err := http.Get(ts.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	var models struct {
+		Object string
+		Data   []struct {
+			ID, Object    string
+			ContextLength int `json:"context_length"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(get("/v1/models")), &models))
+	require.Equal(t, "list", models.Object)
+	require.Len(t, models.Data, 1)
+	require.Equal(t, "ts", models.Data[0].ID)
+	require.Equal(t, "model", models.Data[0].Object)
+	require.Equal(t, 128, models.Data[0].ContextLength)
+	var health map[string]any
+	require.NoError(t, json.Unmarshal([]byte(get("/health")), &health))
+	require.Greater(t, health["rss_bytes"], 1e6)
+	require.Greater(t, health["rss_anon_bytes"], 1e6)
+	delete(health, "rss_bytes")
+	delete(health, "rss_anon_bytes")
+	require.Equal(t, map[string]any{"status": "ok", "slots": 2.0, "slots_idle": 2.0, "queued": 0.0}, health)
+	code, _, _ := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":5}`)
+	require.Equal(t, 200, code)
+	m := get("/metrics")
+	require.Contains(t, m, "sinf_requests_total 1\n")
+	require.Contains(t, m, "sinf_generated_tokens_total 5\n")
+	require.Contains(t, m, "sinf_prompt_tokens_total 6\n")
+	require.Contains(t, m, "sinf_time_to_first_token_seconds_count 1\n")
+	require.Contains(t, m, "sinf_slots 2\n")
+}
+
+// TestQueueFull: with one slot busy and the queue full, a request gets 503
+// with Retry-After; queued requests run once the slot frees.
+func TestQueueFull(t *testing.T) {
+	file, _ := files(t)
+	gate := make(chan struct{})
+	ts, _, _ := newServer(t, setup{file: file, parallel: 1, queue: 1, wrap: func(b runcmd.Backend) runcmd.Backend { return &hooked{Backend: b, gate: gate} }})
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":3}`))
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				codes[i] = resp.StatusCode
+			}
+		}()
+	}
+	// Wait until both hold tickets (one running at the gate, one queued).
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(ts.URL + "/health")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var h struct{ Queued, SlotsIdle int }
+		json.NewDecoder(resp.Body).Decode(&h)
+		return h.Queued == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	code, h, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":3}`)
+	require.Equal(t, 503, code)
+	require.Equal(t, "1", h.Get("Retry-After"))
+	require.Contains(t, string(b), "the server is busy: 1 requests running and 1 waiting (--parallel, --queue); retry later")
+	close(gate)
+	wg.Wait()
+	require.Equal(t, []int{200, 200}, codes)
+}
+
+// TestClientDisconnect: a client that goes away mid-stream stops its
+// generation at the next token, and the slot serves the next request.
+func TestClientDisconnect(t *testing.T) {
+	file, _ := files(t)
+	last := make(chan runtime.Result, 4)
+	ts, _, _ := newServer(t, setup{file: file, wrap: func(b runcmd.Backend) runcmd.Backend {
+		return &hooked{Backend: b, last: last, onToken: func(int) { time.Sleep(2 * time.Millisecond) }}
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":400,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	sc := bufio.NewScanner(resp.Body)
+	require.True(t, sc.Scan()) // the first chunk
+	cancel()
+	resp.Body.Close()
+	select {
+	case r := <-last:
+		require.Less(t, len(r.IDs), 200, "the generation ran on after the client left")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the generation did not stop")
+	}
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":3}`)
+	require.Equal(t, 200, code, "%s", b)
+	<-last
+}
+
+// TestShutdown: on the signal, Run stops accepting, lets a running request
+// finish within the grace period, and cancels one that runs past it.
+func TestShutdown(t *testing.T) {
+	file, _ := files(t)
+	for _, c := range []struct {
+		grace    time.Duration
+		complete bool
+	}{{20 * time.Second, true}, {50 * time.Millisecond, false}} {
+		_, srv, _ := newServer(t, setup{file: file, context: 512, wrap: func(b runcmd.Backend) runcmd.Backend {
+			return &hooked{Backend: b, onToken: func(int) { time.Sleep(3 * time.Millisecond) }}
+		}})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, stop := context.WithCancel(context.Background())
+		var log bytes.Buffer
+		ran := make(chan error, 1)
+		go func() { ran <- serve.Run(ctx, ln, srv, c.grace, &log) }()
+		url := "http://" + ln.Addr().String()
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":150,"stream":true,"seed":1,"temperature":1}`))
+		require.NoError(t, err)
+		sc := bufio.NewScanner(resp.Body)
+		require.True(t, sc.Scan())
+		stop()
+		var n int
+		var tail string
+		for sc.Scan() {
+			if sc.Text() != "" {
+				n++
+				tail = sc.Text()
+			}
+		}
+		resp.Body.Close()
+		require.NoError(t, <-ran)
+		if c.complete {
+			require.Equal(t, "data: [DONE]", tail, "grace %v", c.grace)
+		} else {
+			require.NotEqual(t, "data: [DONE]", tail, "grace %v", c.grace)
+			require.Contains(t, log.String(), "cancelling the requests still running")
+		}
+		_, err = http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
+		require.Error(t, err, "the server still accepts after shutdown")
+	}
+}
+
+// TestParallelSlots: 4 clients on 2 slots, each request with its own
+// prompt and seed, get exactly what each gets alone: every slot keeps its
+// own KV cache and neuron set (run with -race).
+func TestParallelSlots(t *testing.T) {
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 8})
+	prompts := []string{"Once upon a time", "The dog", "Lily and Tom", "One day"}
+	body := func(i int) string {
+		return fmt.Sprintf(`{"prompt":%q,"max_tokens":12,"temperature":0.9,"seed":%d}`, prompts[i%4], i)
+	}
+	alone := make([]string, 8)
+	for i := range alone {
+		code, _, b := post(t, ts.URL+"/v1/completions", body(i))
+		require.Equal(t, 200, code)
+		alone[i] = decode(t, b).Choices[0].Text
+	}
+	require.NotEqual(t, alone[0], alone[4], "different seeds must sample differently")
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	got := make([]string, 8)
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, i := range []int{c, c + 4} {
+				resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(body(i)))
+				if err != nil || resp.StatusCode != 200 {
+					errs.Add(1)
+					continue
+				}
+				var cm completion
+				json.NewDecoder(resp.Body).Decode(&cm)
+				resp.Body.Close()
+				got[i] = cm.Choices[0].Text
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, errs.Load())
+	require.Equal(t, alone, got)
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// chatServer serves chatFile on one slot for the chat loop.
+func chatServer(t *testing.T, wrap func(runcmd.Backend) runcmd.Backend) (*serve.Server, *runcmd.Loaded) {
+	file, _ := files(t)
+	_, srv, l := newServer(t, setup{file: file, wrap: wrap})
+	return srv, l
+}
+
+// TestChatLoop: sinf-run chat keeps the conversation (the second reply
+// continues the rendered history), /reset forgets it, end of input quits.
+func TestChatLoop(t *testing.T) {
+	srv, l := chatServer(t, nil)
+	_, r1 := reference(t, l, l.Tok.Encode("user: Tell me a story\nStory:", false), 16)
+	_, r2 := reference(t, l, l.Tok.Encode("user: Tell me a story\nassistant: "+r1+"\nuser: And then?\nStory:", false), 16)
+	require.NotEqual(t, r1, r2)
+	var out bytes.Buffer
+	in := strings.NewReader("Tell me a story\n/reset\nTell me a story\nAnd then?\n")
+	require.NoError(t, serve.ChatLoop(srv, 1, "", in, &out, make(chan os.Signal)))
+	require.Equal(t, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over)\n"+
+		"> "+r1+"\n> (conversation cleared)\n> "+r1+"\n> "+r2+"\n> \n", out.String())
+}
+
+// TestChatInterrupt: an interrupt during a reply stops that reply, keeps
+// its text in the conversation, and the loop goes on; at the prompt it only
+// says how to quit.
+func TestChatInterrupt(t *testing.T) {
+	intr := make(chan os.Signal, 1)
+	var once sync.Once
+	srv, l := chatServer(t, func(b runcmd.Backend) runcmd.Backend {
+		return &hooked{Backend: b, onToken: func(n int) {
+			time.Sleep(2 * time.Millisecond)
+			if n == 4 {
+				once.Do(func() { intr <- os.Interrupt })
+			}
+		}}
+	})
+	var out syncBuffer
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- serve.ChatLoop(srv, 1, "Be kind.", pr, &out, intr) }()
+	_, err := io.WriteString(pw, "Tell me a story\n")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), " [stopped]\n> ") }, 10*time.Second, time.Millisecond)
+	first := out.String()
+	partial := first[strings.Index(first, "> ")+2 : strings.Index(first, " [stopped]")]
+	// The reply stopped within a token of the interrupt (the 4th token).
+	require.Less(t, len(l.Tok.Encode(partial, false)), 8)
+	_, r2 := reference(t, l, l.Tok.Encode("system: Be kind.\nuser: Tell me a story\nassistant: "+partial+"\nuser: And then?\nStory:", false), 16)
+	_, err = io.WriteString(pw, "And then?\n")
+	require.NoError(t, err)
+	pw.Close()
+	require.NoError(t, <-done)
+	require.True(t, strings.HasSuffix(out.String(), "> "+r2+"\n> \n"), "%q", out.String())
+}
+
+// TestLoad: 4 clients × 50 requests on --parallel 2 (queue 1, so some get
+// 503 and retry): no other errors, every answer equals the single-client
+// greedy one for its prompt, and the RSS stays flat (no leak per request).
+func TestLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 1, context: 256})
+	rep, err := load.Run(context.Background(), load.Options{URL: ts.URL, MaxTokens: 16, Clients: 4, Requests: 50,
+		Prompts: []string{"Once upon a time", "The dog", "Lily and Tom", "One day", "The sun was"}})
+	require.NoError(t, err)
+	t.Logf("%+v", rep)
+	require.Equal(t, 200, rep.Load.Requests)
+	require.Zero(t, rep.Load.Errors, rep.Load.FirstError)
+	require.Zero(t, rep.Load.Mismatches)
+	require.Zero(t, rep.Single.Mismatches)
+	require.Greater(t, rep.Load.CompletionTokens, 200*8)
+	if rep.RSSBefore.Anon > 0 {
+		// Flat: well under what 200 requests' KV caches or buffers would add
+		// (the file's pages, also resident, are not the server's to free).
+		require.Less(t, rep.RSSAfter.Anon-rep.RSSBefore.Anon, int64(16<<20), "anonymous RSS grew from %d to %d bytes", rep.RSSBefore.Anon, rep.RSSAfter.Anon)
+	}
+}
+
+// TestChatTemplateKwargs: chat_template_kwargs reach the template as
+// variables; a template's raise_exception is a 400 quoting it.
+func TestChatTemplateKwargs(t *testing.T) {
+	_, plain := files(t)
+	l, err := runcmd.OpenSinf(plain, false)
+	require.NoError(t, err)
+	defer l.Close()
+	tmpl, err := chat.New("t.jinja", "{% if greeting is not defined %}{{ raise_exception('say greeting') }}{% endif %}{{ greeting }} {{ messages[0].content }}", nil)
+	require.NoError(t, err)
+	srv, err := serve.New(serve.Config{Model: l, ModelID: "ts", Template: tmpl, Parallel: 1, MaxTokens: 6, MaxBodyBytes: 1 << 20,
+		Sparsity: runtime.Sparsity{Mode: runtime.Dense}, Sampling: runtime.SamplingParams{TopP: 1}, EOS: l.EOS(),
+		NewBackend: func() (runcmd.Backend, error) {
+			b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: 1})
+			return b, err
+		}})
+	require.NoError(t, err)
+	defer srv.Close()
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"a cat"}],"chat_template_kwargs":{"greeting":"Once upon a time,"}}`)
+	require.Equal(t, 200, code, "%s", b)
+	require.Equal(t, len(l.Tok.Encode("Once upon a time, a cat", false)), decode(t, b).Usage.PromptTokens)
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"a cat"}]}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `"message":"chat template: say greeting"`)
+}
