@@ -23,8 +23,9 @@ const (
 	// GateFirst picks the neurons per decoded token rather than once per
 	// prompt (the CATS / Deja Vu family, beyond the paper): it computes the
 	// gate_proj row of every loaded neuron, keeps the round(φ·N) rows whose
-	// |silu(gate)| is largest for this token, and reads up_proj and down_proj
-	// for those rows only. Per decoded token a sliced layer reads γ·N gate
+	// |silu(gate)|·w is largest for this token (w: GateWeights, calibrated
+	// on the prompt at prefill), and reads up_proj and down_proj for those
+	// rows only. Per decoded token a sliced layer reads γ·N gate
 	// rows and φ·N up and down rows: γ/3 + 2φ/3 of the whole FFN (at γ = 0.7,
 	// φ = 0.25 reads what SelectInfer's φ = 0.4 reads). Prefill computes every
 	// loaded neuron, as in the other modes; α plays no role.
