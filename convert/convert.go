@@ -34,11 +34,16 @@ type Options struct {
 	EmbedDType            format.DType // an untied model.embed_tokens (0: StoredDType's default)
 	Random                bool         // keep a random γ·N (no scores needed)
 	Seed                  uint64       // for Random
-	TaskScores            *scores.File
-	ModelScores           *scores.File
-	TaskScoresPath        string
-	ModelScoresPath       string
-	Progress              io.Writer // progress bar destination; nil: none
+	// WeightAware ranks neurons by s_n·‖W_down[:,n]‖₂ instead of s_n: the
+	// neuron's contribution Σ_t |a_n(t)|·‖W_down[:,n]‖ to the layer's output,
+	// of both the task and the model scores (a per-neuron constant, so
+	// scaling the merged scores equals scoring that way while profiling).
+	WeightAware     bool
+	TaskScores      *scores.File
+	ModelScores     *scores.File
+	TaskScoresPath  string
+	ModelScoresPath string
+	Progress        io.Writer // progress bar destination; nil: none
 }
 
 // DefaultOptions returns the paper's defaults: γ 0.7, δ 0.3, layers 5 … −2.
@@ -94,7 +99,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		Config:           ck.ConfigJSON,
 		GenerationConfig: ck.GenerationConfig,
 		Selection: &format.Selection{Gamma: opt.Gamma, Delta: opt.Delta, FirstLayer: lo, LastLayer: hi,
-			Random: opt.Random, Seed: int64(opt.Seed)},
+			Random: opt.Random, Seed: int64(opt.Seed), WeightAware: opt.WeightAware && !opt.Random},
 		Provenance: format.Provenance{Source: ck.Dir, SourceDigest: "sha256:" + ck.Digest(),
 			ToolVersion: ToolVersion, Created: time.Now().UTC().Format(time.RFC3339)},
 	}
@@ -122,7 +127,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		var base int
 		if opt.Random {
 			k, base = SelectRandom(N, opt.Gamma, opt.Delta, opt.Seed, l)
-		} else if k, base, err = Select(opt.TaskScores.Ranking(l), opt.ModelScores.Ranking(l), N, opt.Gamma, opt.Delta); err != nil {
+		} else if k, base, err = selectLayer(ck, opt, l, N); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
 		kept[l] = k
@@ -500,4 +505,37 @@ func writeSliced(w *format.Writer, t format.Tensor, part string, kept []int32, N
 	}
 	*params += int64(len(kept) * H)
 	return writeCast(w, format.Tensor{Name: name, DType: t.DType, Shape: []int{len(kept), H}, Data: src}, dtype)
+}
+
+// selectLayer is Select over layer l's task and model rankings, by the
+// scores or (Options.WeightAware) the scores times each neuron's
+// ‖W_down[:,n]‖₂.
+func selectLayer(ck *hf.Checkpoint, opt Options, l, N int) ([]int32, int, error) {
+	task, model := opt.TaskScores.Ranking(l), opt.ModelScores.Ranking(l)
+	if opt.WeightAware {
+		name := fmt.Sprintf("model.layers.%d.mlp.down_proj.weight", l)
+		t, err := ck.Tensor(name)
+		if err != nil {
+			return nil, 0, err
+		}
+		w, err := t.ToF32()
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", name, err)
+		}
+		norm := make([]float64, N) // down_proj is [hidden, N]: neuron n is column n
+		for r := 0; r < len(w)/N; r++ {
+			for n, v := range w[r*N : (r+1)*N] {
+				norm[n] += float64(v) * float64(v)
+			}
+		}
+		scaled := func(f *scores.File) []int32 {
+			sc := make([]float64, N)
+			for n, v := range f.Scores[l] {
+				sc[n] = v * math.Sqrt(norm[n])
+			}
+			return scores.Rank(sc)
+		}
+		task, model = scaled(opt.TaskScores), scaled(opt.ModelScores)
+	}
+	return Select(task, model, N, opt.Gamma, opt.Delta)
 }

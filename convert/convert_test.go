@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/nlpodyssey/safetensors"
@@ -422,4 +423,46 @@ func requireWithin(t *testing.T, want, got float32, tol float64, msg string, arg
 	if d := math.Abs(float64(got) - float64(want)); d > tol {
 		t.Fatalf("%s: got %v, want %v (difference %.3g > %.3g)", fmt.Sprintf(msg, args...), got, want, d, tol)
 	}
+}
+
+// TestWeightAware: with WeightAware each sliced layer keeps what Select
+// picks from the task and model scores multiplied by the neuron's down_proj
+// column norm, computed here from the checkpoint's tensor in float64; the
+// selection records it, and the choice differs from the unweighted one.
+func TestWeightAware(t *testing.T) {
+	ck, hm := openHF(t, "tinystories-656k")
+	task := profileScores(t, ck, hm, "a", [][]int{{1, 5, 6, 7, 8, 9}, {1, 10, 11, 12}})
+	other := profileScores(t, ck, hm, "b", [][]int{{1, 40, 41, 42}, {1, 3, 2, 4, 9}})
+	model, err := scores.Merge([]*scores.File{task, other}, []string{"a", "b"})
+	require.NoError(t, err)
+	opt := allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, TaskScores: task, ModelScores: model, WeightAware: true})
+	f, m, _ := convertFile(t, ck, opt)
+	require.True(t, f.Metadata().Selection.WeightAware)
+	opt.WeightAware = false
+	_, plain, _ := convertFile(t, ck, opt)
+	N := ck.Config.Intermediate
+	differ := false
+	for l := range m.Layers {
+		tt, err := ck.Tensor(fmt.Sprintf("model.layers.%d.mlp.down_proj.weight", l))
+		require.NoError(t, err)
+		w, err := tt.ToF32()
+		require.NoError(t, err)
+		rank := func(s []float64) []int32 {
+			sc := make([]float64, N)
+			for n := range sc {
+				var ss float64
+				for h := 0; h < len(w)/N; h++ {
+					ss += float64(w[h*N+n]) * float64(w[h*N+n])
+				}
+				sc[n] = s[n] * math.Sqrt(ss)
+			}
+			return scores.Rank(sc)
+		}
+		kept, base, err := convert.Select(rank(task.Scores[l]), rank(model.Scores[l]), N, 0.7, 0.3)
+		require.NoError(t, err)
+		require.Equal(t, kept, m.Layers[l].MLP.Index, "layer %d", l)
+		require.Equal(t, base, m.Layers[l].MLP.Base, "layer %d", l)
+		differ = differ || !slices.Equal(kept, plain.Layers[l].MLP.Index)
+	}
+	require.True(t, differ, "weighting changed no layer's neurons: the test cannot tell the two apart")
 }

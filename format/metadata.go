@@ -54,6 +54,9 @@ type Selection struct {
 	// rather than from scores; Seed is then the random seed.
 	Random bool  `json:"random"`
 	Seed   int64 `json:"seed"`
+	// WeightAware is true when the scores were scaled by each neuron's
+	// ‖W_down[:,n]‖₂ before ranking (spec §4.2).
+	WeightAware bool `json:"weight_aware,omitempty"`
 	// Layers has one entry per sliced layer, in layer order:
 	// Layers[k].Layer == FirstLayer+k.
 	Layers []LayerSelection `json:"layers"`

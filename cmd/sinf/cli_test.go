@@ -296,6 +296,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"run", "--model", model, "--prompt", "Once", "--verify"}, "--verify checks the checksums of a .sinf file; " + model + " is an HF checkpoint folder, which stores none"},
 		{append(conv, "--seed", "3", "--task-scores", "a", "--model-scores", "b"), "--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed"},
 		{append(conv, "--random", "--task-scores", "a"), "--random keeps random neurons and reads no scores: give --random or --task-scores/--model-scores, not both"},
+		{append(conv, "--random", "--weight-aware"), "--weight-aware weighs the scores and --random reads none: drop one"},
 		{append(conv, "--random", "--gamma", "0.5", "--memory-budget", "1MiB"), "--memory-budget chooses gamma: give --gamma or --memory-budget, not both"},
 		{append(conv, "--random", "--context", "512"), "--context is the context --memory-budget sizes the KV cache for: add --memory-budget or drop --context"},
 		{append(conv, "--random", "--memory-budget", "1MiB", "--context", "0"), "--context 0: want ≥ 1, the KV cache positions the budget holds"},

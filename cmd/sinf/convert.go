@@ -36,6 +36,7 @@ func convertCommand() *cli.Command {
 			&cli.StringFlag{Name: "embed-dtype", Usage: "dtype of an untied model.embed_tokens, overriding the --dtype default"},
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
+			&cli.BoolFlag{Name: "weight-aware", Usage: "rank neurons by score × ‖down_proj column‖ (their contribution to the output) instead of the score alone"},
 			&cli.StringFlag{Name: "memory-budget", Usage: "choose the largest gamma whose file + KV cache + runtime fit, e.g. 6.5GiB"},
 			&cli.IntFlag{Name: "context", Value: 2048, Usage: "context length assumed by --memory-budget"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output .sinf file"},
@@ -57,7 +58,7 @@ func convertCommand() *cli.Command {
 				Gamma: c.Float64("gamma"), Delta: c.Float64("delta"),
 				FirstLayer: c.Int("first-layer"), LastLayer: c.Int("last-layer"),
 				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
-				Random:        c.Bool("random"), Seed: c.Uint64("seed"),
+				Random:        c.Bool("random"), Seed: c.Uint64("seed"), WeightAware: c.Bool("weight-aware"),
 			}
 			if showProgress(c) {
 				opt.Progress = c.App.ErrWriter
@@ -125,6 +126,8 @@ func checkConvertFlags(c *cli.Context) error {
 	switch {
 	case c.Bool("random") && scored:
 		return errors.New("--random keeps random neurons and reads no scores: give --random or --task-scores/--model-scores, not both")
+	case c.Bool("weight-aware") && c.Bool("random"):
+		return errors.New("--weight-aware weighs the scores and --random reads none: drop one")
 	case c.IsSet("seed") && !c.Bool("random"):
 		return errors.New("--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed")
 	case c.IsSet("memory-budget") && c.IsSet("gamma"):
