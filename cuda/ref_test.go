@@ -270,7 +270,7 @@ func (r *refBackend) gateWeights(w, A, S, up, down Ptr, n int) {
 
 func (r *refBackend) gateScore(keys, g, w Ptr, n int) {
 	score := make([]float32, n)
-	runtime.GateScores(score, r.f32(g, n), r.f32(w, n))
+	runtime.GateScores(r.pool, score, r.f32(g, n), r.f32(w, n))
 	k := r.i32(keys, n)
 	for j, v := range score {
 		k[j] = int32(math.Float32bits(v)) // non-negative: the sign bit is clear

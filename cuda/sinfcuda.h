@@ -129,7 +129,7 @@ int sinf_count_top(sinf_ctx *ctx, sinf_dptr counts, sinf_dptr act, int T, int ke
 int sinf_select_top(sinf_ctx *ctx, sinf_dptr rows, sinf_dptr counts, int kept, int static_rows, int target);
 
 /* GateFirst's per-token key (runtime.GateScores): keys[j] (uint32 [n]) =
- * the bits of the float |silu(g[j])|·w[j], silu in double rounded to float;
+ * the bits of the float |silu(g[j])·w[j]| (sinf_silu_mul's arithmetic);
  * non-negative floats order as their bits, so sinf_select_top (static 0)
  * then picks the rows with the largest keys. */
 int sinf_gate_score(sinf_ctx *ctx, sinf_dptr keys, sinf_dptr g, sinf_dptr w, int n);

@@ -349,7 +349,7 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 	kept := f.Kept()
 	g := b.gate[:kept]
 	kernels.MatVec(s.pool, g, f.Gate, xb)
-	rows := topSiLU(b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
+	rows := topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
 	clear(y)
 	if s.MaskedReference {
 		u := b.up[:kept]
@@ -383,10 +383,10 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 }
 
 // topSiLU appends to rows, in ascending order, the k indices j of g with
-// the largest |silu(g_j)|·w_j (w nil: 1; ties: lower index), using score and
-// sel ([len(g)] scratch). 1 ≤ k ≤ len(g).
-func topSiLU(rows []int32, score, sel, g, w []float32, k int) []int32 {
-	GateScores(score, g, w)
+// the largest |silu(g_j)|·w_j (GateScores; ties: lower index), using score
+// and sel ([len(g)] scratch). 1 ≤ k ≤ len(g).
+func topSiLU(p *kernels.Pool, rows []int32, score, sel, g, w []float32, k int) []int32 {
+	GateScores(p, score, g, w)
 	copy(sel, score)
 	th := kthLargest(sel, k)
 	ties := k
@@ -447,18 +447,17 @@ func GateWeights(w []float32, c GateCalib, n Norms) {
 	}
 }
 
-// GateScores sets score[j] = |silu(g[j])|·w[j] for j < len(g) (w nil: 1):
-// silu in float64 rounded to float32, then a float32 product. It is
-// GateFirst's per-token ranking key (w = Model.RowNorms); the CUDA backend's
-// sinf_gate_score computes the same. score and g are [n] float32.
-func GateScores(score, g, w []float32) {
-	for j, v := range g {
-		score[j] = float32(math.Abs(float64(v) / (1 + math.Exp(-float64(v)))))
-	}
-	if w != nil {
-		for j := range score[:len(g)] {
-			score[j] *= w[j]
-		}
+// GateScores sets score[j] = |silu(g[j])·w[j]| for j < len(g), with the
+// SwiGLU kernel (kernels.SwiGLU: silu(g)·u, vectorised, on p's threads; w
+// ≥ 0, so this is |silu(g_j)|·w_j). It is GateFirst's per-token ranking key
+// (w = GateWeights); the CUDA backend's sinf_gate_score computes the same
+// with its silu_mul. score, g and w are [n] float32.
+func GateScores(p *kernels.Pool, score, g, w []float32) {
+	score = score[:len(g)]
+	copy(score, g)
+	kernels.SwiGLU(p, score, w[:len(g)])
+	for j, v := range score {
+		score[j] = max(v, -v)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 func TestKthLargest(t *testing.T) {
@@ -61,18 +63,21 @@ func TestCounterMatchesSort(t *testing.T) {
 	}
 }
 
-// TestTopSiLU checks GateFirst's per-token pick against a sort of
-// |g/(1+e^−g)|·w computed in float64, ties to the lower index, on vectors
-// with many ties, and one case by hand: g = (−3, 0.5, 2, −0.1, 2) with
-// w = (10, 1, 1, 1, 1) scores (1.42, 0.31, 1.76, 0.048, 1.76), so k = 2
-// keeps rows 2 and 4, k = 3 adds row 0.
+// TestTopSiLU checks GateFirst's per-token pick: GateScores against
+// |g/(1+e^−g)|·w in float64 (within float32 rounding), one case by hand —
+// g = (−3, 0.5, 2, −0.1, 2) with w = (10, 1, 1, 1, 1) scores (1.42, 0.31,
+// 1.76, 0.048, 1.76), so k = 2 keeps rows 2 and 4, k = 3 adds row 0 — and
+// the rows against a stable sort of the scores (ties to the lower index) on
+// vectors with many ties.
 func TestTopSiLU(t *testing.T) {
+	p := kernels.NewPool(2)
+	defer p.Close()
 	g := []float32{-3, 0.5, 2, -0.1, 2}
 	w := []float32{10, 1, 1, 1, 1}
 	sc, sel := make([]float32, 5), make([]float32, 5)
-	require.Equal(t, []int32{2, 4}, topSiLU(nil, sc, sel, g, w, 2))
-	require.Equal(t, []int32{0, 2, 4}, topSiLU(nil, sc, sel, g, w, 3))
-	require.Equal(t, []int32{1, 2, 4}, topSiLU(nil, sc, sel, g, nil, 3)) // unweighted: row 0 scores 0.142
+	require.Equal(t, []int32{2, 4}, topSiLU(p, nil, sc, sel, g, w, 2))
+	require.Equal(t, []int32{0, 2, 4}, topSiLU(p, nil, sc, sel, g, w, 3))
+	require.Equal(t, []int32{1, 2, 4}, topSiLU(p, nil, sc, sel, g, []float32{1, 1, 1, 1, 1}, 3)) // unweighted: row 0 scores 0.142
 
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, n := range []int{1, 3, 64, 1000} {
@@ -81,19 +86,21 @@ func TestTopSiLU(t *testing.T) {
 			g[i] = float32(rng.IntN(9)-4) / 2 // ties
 			w[i] = float32(1 + rng.IntN(3))
 		}
+		score := make([]float32, n)
+		GateScores(p, score, g, w)
+		for i, v := range g {
+			want := math.Abs(float64(v)/(1+math.Exp(-float64(v)))) * float64(w[i])
+			require.InDelta(t, want, float64(score[i]), 1e-6*want+1e-30, "n=%d score %d", n, i)
+		}
 		for _, k := range []int{1, (n + 1) / 2, n} {
 			idx := make([]int32, n)
 			for i := range idx {
 				idx[i] = int32(i)
 			}
-			score := func(i int32) float64 {
-				v := float64(g[i])
-				return math.Abs(float64(float32(math.Abs(v/(1+math.Exp(-v))))) * float64(w[i]))
-			}
-			slices.SortStableFunc(idx, func(a, b int32) int { return cmp.Compare(score(b), score(a)) })
+			slices.SortStableFunc(idx, func(a, b int32) int { return cmp.Compare(score[b], score[a]) })
 			want := slices.Clone(idx[:k])
 			slices.Sort(want)
-			got := topSiLU(nil, make([]float32, n), make([]float32, n), g, w, k)
+			got := topSiLU(p, nil, make([]float32, n), make([]float32, n), g, w, k)
 			require.Equal(t, want, got, "n=%d k=%d", n, k)
 		}
 	}

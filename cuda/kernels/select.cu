@@ -136,15 +136,13 @@ __global__ void __launch_bounds__(kSelectThreads)
 	}
 }
 
-// gate_score_kernel: keys[j] = bits of |silu(g[j])|·w[j] (runtime.GateScores:
-// silu in double rounded to float, then a float product).
+// gate_score_kernel: keys[j] = bits of |silu(g[j])·w[j]| (runtime.GateScores,
+// with the CPU's SwiGLU arithmetic: silu_mul).
 __global__ void gate_score_kernel(unsigned int *__restrict__ keys, const float *__restrict__ g,
                                   const float *__restrict__ w, int n) {
 	const int j = blockIdx.x * blockDim.x + threadIdx.x;
 	if (j >= n) return;
-	const double v = (double)g[j];
-	const float s = (float)fabs(v / (1.0 + exp(-v)));
-	keys[j] = __float_as_uint(__fmul_rn(s, w[j]));
+	keys[j] = __float_as_uint(fabsf(silu_mul(g[j], w[j])));
 }
 
 // gate_calib_kernel: one thread per row j, tokens in order (the CPU's sums).
