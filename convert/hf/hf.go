@@ -139,6 +139,9 @@ func (c *Checkpoint) mapFile(path string) error {
 	}
 	sf := &stFile{path: path, data: data}
 	c.files = append(c.files, sf)
+	if err := CheckHeader(path, data); err != nil {
+		return err
+	}
 	if sf.st, err = safetensors.Deserialize(data); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
