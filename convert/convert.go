@@ -58,6 +58,9 @@ type Report struct {
 	// Fallbacks lists the tensors stored in another dtype than asked for,
 	// with the reason (rows that are not whole blocks of a block dtype).
 	Fallbacks []string
+	// Ignored lists the source tensors not stored, with the reason
+	// (hf.Checkpoint.Validate): a tied model's lm_head, a RoPE buffer.
+	Ignored []string
 }
 
 // Convert writes ck as a .sinf file at out, slicing the FFN layers of the
@@ -81,6 +84,13 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		return nil, err
 	}
 	if err := checkOut(out, ck, opt.TaskScoresPath, opt.ModelScoresPath); err != nil {
+		return nil, err
+	}
+	// The whole model the runtime will load, checked before anything is
+	// written; only the tensors it reads are stored (ck.Ignored says why the
+	// others are left out).
+	used, err := ck.Validate()
+	if err != nil {
 		return nil, err
 	}
 	dtype := opt.DType
@@ -138,8 +148,13 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		meta.Selection.Layers = append(meta.Selection.Layers, format.LayerSelection{Layer: l, Kept: len(k), Base: base})
 	}
 
-	names := orderedNames(ck.Names())
-	first, _ := ck.Tensor(names[0])
+	var names []string
+	for _, n := range orderedNames(ck.Names()) {
+		if used[n] {
+			names = append(names, n)
+		}
+	}
+	first, _ := ck.Tensor(names[0]) // Validate found the embedding at least
 	if dtype == 0 {
 		dtype = first.DType
 		for _, n := range names {
@@ -150,7 +165,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		}
 	}
 	meta.DType = dtype
-	for _, n := range names {
+	for _, n := range ck.Names() {
 		t, _ := ck.Tensor(n)
 		meta.Provenance.SourceBytes += int64(len(t.Data))
 	}
@@ -165,7 +180,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		bar = progressbar.NewOptions(len(names), progressbar.OptionSetWriter(opt.Progress),
 			progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers}
+	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored}
 	for _, name := range names {
 		t, err := ck.Tensor(name)
 		if err != nil {
@@ -337,10 +352,11 @@ var layerOrder = []string{
 	"post_attention_layernorm.", "mlp.gate_proj.", "mlp.up_proj.", "mlp.down_proj.",
 }
 
-// tiedHead reports whether ck's embedding is also its output projection: a
-// tied model that stores no lm_head.weight (spec §6.1).
+// tiedHead reports whether ck's model.embed_tokens.weight is also its output
+// projection: a tied model that stores it (any lm_head.weight beside it is
+// ignored, as HF ties them; spec §6.1).
 func tiedHead(ck *hf.Checkpoint) bool {
-	return ck.Config.TieEmbeddings && !ck.Has("lm_head.weight")
+	return ck.Config.TieEmbeddings && ck.Has("model.embed_tokens.weight")
 }
 
 // StoredDType returns the dtype a whole (not sliced) tensor t is stored in

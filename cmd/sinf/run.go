@@ -35,6 +35,9 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, f := range ck.Ignored {
+		fmt.Fprintf(os.Stderr, "note: %s: %s\n", path, f)
+	}
 	size := ck.WeightBytes()
 	return &runcmd.Loaded{Model: m, Tok: tok, Kind: "hf", Path: path, FileBytes: size, MappedBytes: size, Close: ck.Close}, nil
 }

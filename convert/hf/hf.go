@@ -30,6 +30,9 @@ type Checkpoint struct {
 	Config           runtime.Config
 	ConfigJSON       []byte // config.json as stored
 	GenerationConfig []byte // generation_config.json, nil when absent
+	// Ignored lists the stored tensors the model does not read, each with
+	// the reason (runtime.UnusedTensors); Validate fills it.
+	Ignored []string
 
 	files   []*stFile
 	tensors map[string]tensorRef
@@ -249,10 +252,31 @@ func (c *Checkpoint) Close() error {
 	return first
 }
 
-// Load opens dir and binds its weights to a runtime.Model (all layers whole).
+// Validate checks the whole model a runtime loads from the checkpoint (every
+// tensor's presence, shape and dtype: runtime.Check) and that every stored
+// tensor is either read or harmless to ignore (runtime.UnusedTensors, whose
+// reasons it keeps in c.Ignored). It returns the names the model reads.
+// Errors name the folder and the tensor.
+func (c *Checkpoint) Validate() (used map[string]bool, err error) {
+	if used, err = runtime.Check(c.Config, c, runtime.LoadOptions{}); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	if c.Ignored, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	return used, nil
+}
+
+// Load opens dir, validates it (Validate; the ignored tensors are in the
+// checkpoint's Ignored) and binds its weights to a runtime.Model (all layers
+// whole).
 func Load(dir string) (*Checkpoint, *runtime.Model, error) {
 	c, err := Open(dir)
 	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := c.Validate(); err != nil {
+		c.Close()
 		return nil, nil, err
 	}
 	m, err := runtime.Load(c.Config, c, runtime.LoadOptions{})
