@@ -50,14 +50,17 @@ type buffers struct {
 // ErrContextFull is returned when a sequence would exceed the session's context.
 var ErrContextFull = errors.New("context length exceeded")
 
-// NewSession allocates a session with room for ctx positions (ctx ≤ 0 or
-// larger than max_position_embeddings: max_position_embeddings) computing on
-// pool. A KV cache costs 2·layers·ctx·kv_heads·head_dim·4 bytes.
+// NewSession allocates a session with room for ctx positions computing on
+// pool: ctx ≤ 0 gives min(Config.MaxContext, DefaultContext), and ctx above
+// MaxContext (max_position_embeddings, or a smaller sliding window) is
+// capped at it. A KV cache costs Config.KVBytes(ctx) =
+// 2·layers·ctx·kv_heads·head_dim·4 bytes, the RoPE tables ctx·head_dim·4.
 func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 	c := m.Config
-	if ctx <= 0 || ctx > c.MaxPositions {
-		ctx = c.MaxPositions
+	if ctx <= 0 {
+		ctx = min(c.MaxContext(), DefaultContext)
 	}
+	ctx = min(ctx, c.MaxContext())
 	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([][]float32, c.Layers), vcache: make([][]float32, c.Layers), active: make([][]int32, c.Layers)}
 	kvd := c.KVHeads * c.HeadDim
 	for i := range s.kcache {

@@ -45,7 +45,7 @@ func studyCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random-loading and γ=1 files"},
 			&cli.StringFlag{Name: "data-dir", Value: defaultDataDir(), Usage: "folder of the built-in datasets' files ($SINF_DATA)"},
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage + "; per run"},
-			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings)"},
+			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings, at most 4096)"},
 			&cli.BoolFlag{Name: "no-sweeps", Usage: "only the table rows"},
 			&cli.StringFlag{Name: "dtypes", Usage: "comma-separated stored dtypes (f32, f16, bf16, q8_0, q4_0) to add as a table: dense, γ-dense and SelectInfer files in each (the paper's Table 4: 70% dense against 4-bit)"},
 			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},

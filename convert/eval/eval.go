@@ -39,7 +39,7 @@ type Options struct {
 	// every kind at EOS.
 	MaxNewTokens int
 	Threads      int // kernel threads (≤ 0: kernels.DefaultThreads())
-	Context      int // KV cache positions (≤ 0: max_position_embeddings)
+	Context      int // KV cache positions (≤ 0: runtime.NewSession's default, min(max_position_embeddings, 4096))
 	// Window and Stride are the perplexity windows in tokens (see
 	// Evaluate); ≤ 0 selects the defaults.
 	Window, Stride int

@@ -61,7 +61,7 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "threads", Usage: ThreadsUsage},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
-		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
+		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: what the run needs, the prompt's tokens + --max-tokens, at most the model's max_position_embeddings or sliding window)"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
@@ -106,7 +106,7 @@ type DeviceInfo struct {
 // DeviceOptions configure a backend.
 type DeviceOptions struct {
 	Threads int  // CPU kernel threads (0: kernels.DefaultThreads)
-	Context int  // KV cache positions (0: max_position_embeddings)
+	Context int  // KV cache positions (0: runtime.NewSession's default)
 	Mapped  bool // cuda: use the registered mapped file on a discrete GPU too
 }
 
@@ -169,17 +169,21 @@ func Action(open Opener) cli.ActionFunc {
 		if err != nil {
 			return err
 		}
-		s, info, err := NewGenerator(c.String("device"), l, DeviceOptions{Threads: c.Int("threads"), Context: c.Int("context"), Mapped: c.Bool("mapped")})
-		if err != nil {
-			return err
-		}
-		defer s.Close()
 		ids := l.Tok.Encode(prompt, l.Tok.AddsBOS() && !c.Bool("no-bos"))
 		if len(ids) == 0 {
 			return errors.New("the prompt encodes to no tokens")
 		}
+		ctx, err := RunContext(l.Model.Config, c.Int("context"), len(ids), c.Int("max-tokens"))
+		if err != nil {
+			return err
+		}
+		s, info, err := NewGenerator(c.String("device"), l, DeviceOptions{Threads: c.Int("threads"), Context: ctx, Mapped: c.Bool("mapped")})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
 		if len(ids) >= s.Context() {
-			return fmt.Errorf("the prompt is %d tokens, the context %d: shorten it (or raise --context up to max_position_embeddings %d)", len(ids), s.Context(), l.Model.Config.MaxPositions)
+			return fmt.Errorf("the prompt is %d tokens, the context %d: shorten it (or raise --context up to %s)", len(ids), s.Context(), maxContextName(l.Model.Config))
 		}
 		eos := l.Tok.EOS()
 		if len(eos) == 0 {
@@ -258,7 +262,7 @@ func checkFlags(c *cli.Context) error {
 	case c.Int("max-tokens") < 0:
 		return fmt.Errorf("--max-tokens %d: want ≥ 0", c.Int("max-tokens"))
 	case c.Int("context") < 0:
-		return fmt.Errorf("--context %d: want ≥ 0 (0: the model's max_position_embeddings)", c.Int("context"))
+		return fmt.Errorf("--context %d: want ≥ 0 (0: what the run needs)", c.Int("context"))
 	case !(c.Float64("temperature") >= 0):
 		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", c.Float64("temperature"))
 	case c.Int("top-k") < 0:
@@ -269,6 +273,34 @@ func checkFlags(c *cli.Context) error {
 		return fmt.Errorf("unexpected arguments %q (the prompt goes in --prompt)", c.Args().Slice())
 	}
 	return nil
+}
+
+// RunContext returns the KV cache positions of a run of a prompt of prompt
+// tokens generating up to maxTokens: flag when given (> 0), else what the
+// run needs, prompt + maxTokens; at most the model's MaxContext. A flag above
+// that is an error naming the limit, not a silent cap, and so is a prompt
+// that does not fit with room to generate.
+func RunContext(cfg runtime.Config, flag, prompt, maxTokens int) (int, error) {
+	most := cfg.MaxContext()
+	if flag > most {
+		return 0, fmt.Errorf("--context %d: above the model's context (%s)", flag, maxContextName(cfg))
+	}
+	if flag > 0 {
+		return flag, nil
+	}
+	need := prompt + max(maxTokens, 1)
+	if prompt >= most {
+		return 0, fmt.Errorf("the prompt is %d tokens and leaves no room in the model's context (%s): shorten it", prompt, maxContextName(cfg))
+	}
+	return min(need, most), nil
+}
+
+// maxContextName names the longest context of cfg with its source.
+func maxContextName(cfg runtime.Config) string {
+	if cfg.MaxContext() < cfg.MaxPositions {
+		return fmt.Sprintf("sliding_window %d, from config.json's use_sliding_window: sinf computes full attention, which equals sliding-window attention only within the window", cfg.MaxContext())
+	}
+	return fmt.Sprintf("max_position_embeddings %d", cfg.MaxPositions)
 }
 
 func promptText(c *cli.Context) (string, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/runtime"
 )
 
 // slimFile converts tinystories-656k at γ=0.7, δ=0.3 (random selection) over
@@ -110,4 +111,72 @@ func TestBadInput(t *testing.T) {
 		require.Error(t, err, "%v", c.args)
 		require.Contains(t, err.Error(), c.want, "%v", c.args)
 	}
+}
+
+// TestRunContext (issue 16 items 4, 9): the KV cache of a run is what it
+// needs (prompt + --max-tokens), at most the model's maximum; a --context
+// above the maximum, or a prompt that does not fit, is refused naming the
+// limit (a sliding window names itself).
+func TestRunContext(t *testing.T) {
+	cfg := runtime.Config{MaxPositions: 512}
+	for _, c := range []struct {
+		flag, prompt, maxTokens, want int
+		err                           string
+	}{
+		{0, 6, 128, 134, ""},
+		{0, 6, 0, 7, ""},
+		{0, 6, 10000, 512, ""},
+		{300, 6, 10000, 300, ""},
+		{513, 6, 8, 0, "--context 513: above the model's context (max_position_embeddings 512)"},
+		{0, 512, 8, 0, "the prompt is 512 tokens and leaves no room in the model's context (max_position_embeddings 512): shorten it"},
+	} {
+		got, err := runcmd.RunContext(cfg, c.flag, c.prompt, c.maxTokens)
+		if c.err != "" {
+			require.EqualError(t, err, c.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, c.want, got)
+	}
+	cfg.SlidingWindow = 16
+	_, err := runcmd.RunContext(cfg, 0, 20, 8)
+	require.EqualError(t, err, "the prompt is 20 tokens and leaves no room in the model's context (sliding_window 16, from config.json's use_sliding_window: sinf computes full attention, which equals sliding-window attention only within the window): shorten it")
+	got, err := runcmd.RunContext(cfg, 0, 10, 8)
+	require.NoError(t, err)
+	require.Equal(t, 16, got)
+}
+
+// TestRunRefusesHugeMaxPositions (issue 16 item 4): a config.json with
+// max_position_embeddings 2147483647 is refused with the field named, not
+// an out-of-memory crash.
+func TestRunRefusesHugeMaxPositions(t *testing.T) {
+	file := slimFile(t)
+	f, err := format.Open(file)
+	require.NoError(t, err)
+	meta := f.Metadata()
+	f.Close()
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(meta.Config, &cfg))
+	cfg["max_position_embeddings"] = 2147483647
+	meta.Config, _ = json.Marshal(cfg)
+	out := filepath.Join(t.TempDir(), "huge.sinf")
+	rewriteMeta(t, file, out, meta)
+	_, _, err = run("--model", out, "--prompt", "Once upon a time", "--max-tokens", "4", "--threads", "1")
+	require.EqualError(t, err, out+": metadata field config: field max_position_embeddings 2147483647 is above this runtime's limit of 16777216")
+}
+
+// rewriteMeta writes src's tensors to out under the metadata meta.
+func rewriteMeta(t *testing.T, src, out string, meta format.Metadata) {
+	t.Helper()
+	f, err := format.Open(src)
+	require.NoError(t, err)
+	defer f.Close()
+	w, err := format.Create(out, meta, 0)
+	require.NoError(t, err)
+	for _, ti := range f.Tensors() {
+		tt, err := f.Tensor(ti.Name)
+		require.NoError(t, err)
+		require.NoError(t, w.AddTensor(tt.Name, tt.DType, tt.Shape, tt.Data))
+	}
+	require.NoError(t, w.Close())
 }
