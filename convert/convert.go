@@ -19,6 +19,7 @@ import (
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
 // ToolVersion is recorded in the files sinf writes.
@@ -113,6 +114,12 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 	}
 	if tc, err := os.ReadFile(filepath.Join(ck.Dir, "tokenizer_config.json")); err == nil {
 		meta.TokenizerConfig = tc
+	}
+	// The runtime builds the tokenizer from these bytes: refuse now what it
+	// would refuse (an unsupported component, a regex that backtracks
+	// catastrophically) rather than write a file that does not run.
+	if _, err := tokenizer.New(ck.Dir, meta.Tokenizer, meta.TokenizerConfig); err != nil {
+		return nil, err
 	}
 
 	// Kept neurons per layer in range.

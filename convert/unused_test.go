@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -157,5 +158,29 @@ func TestConvertValidatesAttention(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "m.sinf")
 	_, err = convert.Convert(ck, out, allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
 	require.EqualError(t, err, dir+": tensor model.layers.3.self_attn.k_proj.weight: expected shape [32 64], found [16 64]")
+	require.NoFileExists(t, out)
+}
+
+// TestConvertRefusesBadTokenizer (issue 16 items 2, 13): convert builds the
+// tokenizer it embeds, so a Split regex that backtracks catastrophically is
+// refused, naming the folder, the file, the field and the pattern, and no
+// file is written.
+func TestConvertRefusesBadTokenizer(t *testing.T) {
+	dir := editedCopy(t, "stories260k", func(map[string]format.Tensor) {})
+	p := filepath.Join(dir, "tokenizer.json")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(b, &m))
+	m["pre_tokenizer"] = json.RawMessage(`{"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": false}`)
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+	ck, err := hf.Open(dir)
+	require.NoError(t, err)
+	defer ck.Close()
+	out := filepath.Join(t.TempDir(), "m.sinf")
+	_, err = convert.Convert(ck, out, allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
+	require.EqualError(t, err, "tokenizer "+dir+`: tokenizer.json: pre_tokenizer.pattern.Regex: pattern "(a+)+$" backtracks catastrophically: matching "aaaaaaaaaaaaaaaaaaaaaaaaaaaa!" ran past 100ms (it would hang encoding); refused`)
 	require.NoFileExists(t, out)
 }

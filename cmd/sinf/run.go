@@ -69,7 +69,10 @@ func tokenizeCommand() *cli.Command {
 				defer l.Close()
 				tok = l.Tok
 			}
-			ids := tok.Encode(c.String("text"), c.Bool("bos"))
+			ids, err := tok.EncodeChecked(c.String("text"), c.Bool("bos"))
+			if err != nil {
+				return err
+			}
 			if ids == nil {
 				ids = []int{}
 			}

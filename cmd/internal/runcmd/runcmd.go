@@ -169,7 +169,10 @@ func Action(open Opener) cli.ActionFunc {
 		if err != nil {
 			return err
 		}
-		ids := l.Tok.Encode(prompt, l.Tok.AddsBOS() && !c.Bool("no-bos"))
+		ids, err := l.Tok.EncodeChecked(prompt, l.Tok.AddsBOS() && !c.Bool("no-bos"))
+		if err != nil {
+			return err
+		}
 		if len(ids) == 0 {
 			return errors.New("the prompt encodes to no tokens")
 		}
