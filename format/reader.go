@@ -110,6 +110,10 @@ func checkRegion(path string, fieldOff int64, field string, off, n uint64, size 
 	return nil
 }
 
+// shallowKeys are the metadata keys whose values repeatedKey checks at their
+// top level only.
+var shallowKeys = map[string]bool{"tokenizer": true, "tokenizer_config": true}
+
 // parseMetadata decodes the metadata block (spec §4, §7.5).
 func (f *File) parseMetadata(mb []byte) error {
 	off := int64(f.MetadataOffset)
@@ -121,6 +125,12 @@ func (f *File) parseMetadata(mb []byte) error {
 	}
 	if err := json.Unmarshal(mb, &f.meta); err != nil { // validates the whole block first
 		return errorf(f.path, off, "metadata", "%v", err)
+	}
+	if k, err := repeatedKey(mb, shallowKeys); err != nil || k != "" {
+		if err != nil {
+			return errorf(f.path, off, "metadata", "%v", err)
+		}
+		return errorf(f.path, off, "metadata", "key %s repeats (spec §4: keys must not repeat within an object)", k)
 	}
 	if err := f.meta.Validate(); err != nil {
 		return errorf(f.path, off, "metadata", "%v", err)
