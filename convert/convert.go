@@ -444,8 +444,12 @@ func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
 			if enc, err = format.Quantize(buf[:0], f, dtype); err != nil {
 				return fmt.Errorf("tensor %s: %w", t.Name, err)
 			}
-		} else {
-			enc = encode(buf[:0], f, dtype)
+		} else if enc, err = encode(buf[:0], f, dtype); err != nil {
+			var oe overflowError
+			if errors.As(err, &oe) {
+				return fmt.Errorf("tensor %s %v: element %d is %g, outside the %v range (±%g), so it would be stored as ±Inf: convert with --dtype bf16 or f32", t.Name, t.Shape, lo/es+oe.i, oe.v, dtype, maxF16)
+			}
+			return err
 		}
 		if _, err := out.Write(enc); err != nil {
 			return err
@@ -454,20 +458,37 @@ func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
 	return w.EndTensor()
 }
 
+// maxF16 is the largest finite F16 value.
+const maxF16 = 65504.0
+
+// overflowError is encode's error for a finite value that F16 cannot hold.
+type overflowError struct {
+	i int     // element index in the chunk
+	v float32 // the value
+}
+
+func (e overflowError) Error() string { return fmt.Sprintf("element %d: %g overflows F16", e.i, e.v) }
+
 // encode appends float32 values to dst, little-endian in dtype (round to
-// nearest even for F16 and BF16).
-func encode(dst []byte, f []float32, dtype format.DType) []byte {
-	for _, v := range f {
+// nearest even for F16 and BF16). A finite value that rounds to ±Inf in F16
+// (|v| ≥ 65520) is an overflowError: the file would hold an Inf that no
+// checksum flags.
+func encode(dst []byte, f []float32, dtype format.DType) ([]byte, error) {
+	for i, v := range f {
 		switch dtype {
 		case format.F32:
 			dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
 		case format.F16:
-			dst = binary.LittleEndian.AppendUint16(dst, format.F32ToF16(v))
+			h := format.F32ToF16(v)
+			if h&0x7fff == 0x7c00 && !math.IsInf(float64(v), 0) {
+				return dst, overflowError{i, v}
+			}
+			dst = binary.LittleEndian.AppendUint16(dst, h)
 		case format.BF16:
 			dst = binary.LittleEndian.AppendUint16(dst, format.F32ToBF16(v))
 		}
 	}
-	return dst
+	return dst, nil
 }
 
 // writeSliced stores the kept neurons of one FFN tensor: gate/up rows in kept

@@ -1,7 +1,9 @@
 package convert_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -183,4 +185,28 @@ func TestConvertRefusesBadTokenizer(t *testing.T) {
 	_, err = convert.Convert(ck, out, allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
 	require.EqualError(t, err, "tokenizer "+dir+`: tokenizer.json: pre_tokenizer.pattern.Regex: pattern "(a+)+$" backtracks catastrophically: matching "aaaaaaaaaaaaaaaaaaaaaaaaaaaa!" ran past 100ms (it would hang encoding); refused`)
 	require.NoFileExists(t, out)
+}
+
+// TestConvertF16Overflow (issue 16 item 10): an F32 weight beyond F16's
+// range is refused at conversion to F16, naming the tensor, the element and
+// the value (it became ±Inf, which verify passed); the largest F16 value
+// itself converts, and BF16 holds the big one.
+func TestConvertF16Overflow(t *testing.T) {
+	set := func(v float32) string {
+		return editedCopy(t, "stories260k", func(ts map[string]format.Tensor) {
+			w := ts["model.layers.1.self_attn.v_proj.weight"]
+			binary.LittleEndian.PutUint32(w.Data[4*70:], math.Float32bits(v))
+		})
+	}
+	conv := func(dir string, dt format.DType) error {
+		ck, err := hf.Open(dir)
+		require.NoError(t, err)
+		defer ck.Close()
+		_, err = convert.Convert(ck, filepath.Join(t.TempDir(), "m.sinf"), allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true, DType: dt}))
+		return err
+	}
+	big := set(-70000)
+	require.EqualError(t, conv(big, format.F16), "tensor model.layers.1.self_attn.v_proj.weight [32 64]: element 70 is -70000, outside the F16 range (±65504), so it would be stored as ±Inf: convert with --dtype bf16 or f32")
+	require.NoError(t, conv(big, format.BF16))
+	require.NoError(t, conv(set(65504), format.F16))
 }
