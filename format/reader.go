@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"runtime/debug"
 	"sort"
 	"unicode/utf8"
 )
@@ -31,6 +33,26 @@ type File struct {
 // never panics, whatever data holds; a malformed file yields a *FormatError.
 func NewFile(data []byte, name string) (*File, error) {
 	return parse(data, name)
+}
+
+// ReadFile reads the whole .sinf file at path into memory and validates it
+// as NewFile does: the reader for filesystems where a mapping is unsafe
+// (sinf run --no-mmap, as llama.cpp's --no-mmap). It costs the file's size
+// in resident memory, and a change to the file afterwards cannot affect the
+// process. Errors are those of Open.
+func ReadFile(path string) (*File, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(data, path)
 }
 
 // parse runs the reader checks of spec §7 in order.
@@ -357,10 +379,23 @@ func (f *File) verify(t *TensorInfo) error {
 // Verify recomputes every tensor's CRC-32C in directory order and returns a
 // *FormatError naming the first tensor whose data does not match. It reads
 // the whole file; Open does not (spec §7).
-func (f *File) Verify() error {
+//
+// A memory fault while reading (the mapped file was truncated underneath)
+// is an error saying so, not a crash.
+func (f *File) Verify() (err error) {
 	if f.data == nil {
 		return fmt.Errorf("%s: %w", f.path, ErrClosed)
 	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			a, ok := r.(interface{ Addr() uintptr })
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("%s: file changed or was truncated while mapped (a read at address %#x faulted)", f.path, a.Addr())
+		}
+	}()
 	for i := range f.tensors {
 		if err := f.verify(&f.tensors[i]); err != nil {
 			return err

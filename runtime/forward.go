@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
@@ -122,7 +123,35 @@ func (s *Session) ensure(T int) {
 // slice is reused by the next call. Batches of more than one token are
 // computed as matrix-matrix products (prefill). Errors: empty input, a token
 // id outside [0, vocab), or ErrContextFull.
-func (s *Session) Forward(tokens []int, all bool) ([]float32, error) {
+//
+// A memory fault while reading the weights (the mapped file was truncated
+// or replaced underneath: SIGBUS), on this goroutine or a kernel worker, is
+// returned as an error naming the file (FaultError) instead of killing the
+// process.
+func (s *Session) Forward(tokens []int, all bool) (logits []float32, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if !kernels.IsFault(r) {
+				panic(r)
+			}
+			logits, err = nil, FaultError(s.m.Path, r)
+		}
+	}()
+	return s.forward(tokens, all)
+}
+
+// FaultError is the error for a memory fault r (kernels.IsFault) reading
+// the weights mapped from path.
+func FaultError(path string, r any) error {
+	var addr uintptr
+	if a, ok := r.(interface{ Addr() uintptr }); ok {
+		addr = a.Addr()
+	}
+	return fmt.Errorf("%s: file changed or was truncated while mapped (a read of its weights at address %#x faulted): copy it again, or run with --no-mmap to read it into memory where the filesystem cannot keep a mapping", path, addr)
+}
+
+func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 	c := s.m.Config
 	T := len(tokens)
 	if T == 0 {

@@ -55,6 +55,9 @@ type Model struct {
 	Layers []Layer
 	Norm   []float32   // model.norm.weight [hidden]
 	LMHead kernels.Mat // lm_head.weight [vocab, hidden] (the embedding when tied)
+	// Path names where the weights are read from (the .sinf file or the
+	// HF folder), for errors; set by LoadFile and the HF loader.
+	Path string
 
 	invFreq []float64 // RoPE inverse frequencies [head_dim/2]
 }

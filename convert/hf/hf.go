@@ -284,6 +284,7 @@ func Load(dir string) (*Checkpoint, *runtime.Model, error) {
 		c.Close()
 		return nil, nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	m.Path = dir
 	return c, m, nil
 }
 

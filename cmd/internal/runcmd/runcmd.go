@@ -39,12 +39,22 @@ type Opener func(path string, verify bool) (*Loaded, error)
 // OpenSinf maps a .sinf file, optionally verifies every checksum, and builds
 // the model and its embedded tokenizer.
 func OpenSinf(path string, verify bool) (*Loaded, error) {
-	m, tok, f, err := runtime.Open(path, verify)
+	return OpenSinfWith(path, runtime.OpenOptions{Verify: verify})
+}
+
+// OpenSinfWith is OpenSinf with runtime.OpenOptions (--no-mmap reads the
+// file into memory: MappedBytes 0).
+func OpenSinfWith(path string, o runtime.OpenOptions) (*Loaded, error) {
+	m, tok, f, err := runtime.OpenFile(path, o)
 	if err != nil {
 		return nil, err
 	}
 	meta := f.Metadata()
-	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Close: f.Close}, nil
+	mapped := f.Size()
+	if o.NoMmap {
+		mapped = 0
+	}
+	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: mapped, Meta: &meta, Close: f.Close}, nil
 }
 
 // Flags are the run flags common to sinf run and sinf-run.
@@ -64,6 +74,7 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: what the run needs, the prompt's tokens + --max-tokens, at most the model's max_position_embeddings or sliding window)"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running"},
+		&cli.BoolFlag{Name: "no-mmap", Usage: "read the .sinf file into memory instead of mapping it (for network or FUSE filesystems, or a file that may change while running)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
 	}...)
 }
@@ -160,7 +171,7 @@ func Action(open Opener) cli.ActionFunc {
 		if err := checkFlags(c); err != nil {
 			return err
 		}
-		l, err := open(c.String("model"), c.Bool("verify"))
+		l, err := openRun(c, open)
 		if err != nil {
 			return err
 		}
@@ -231,6 +242,19 @@ func Action(open Opener) cli.ActionFunc {
 		Summary(c.App.ErrWriter, l, rep)
 		return nil
 	}
+}
+
+// openRun opens --model with open, or with --no-mmap reads the .sinf file
+// into memory (an HF folder is always mapped, so it is refused there).
+func openRun(c *cli.Context, open Opener) (*Loaded, error) {
+	path := c.String("model")
+	if !c.Bool("no-mmap") {
+		return open(path, c.Bool("verify"))
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("--no-mmap: %s is a folder; it reads a .sinf file into memory (an HF checkpoint is always mapped)", path)
+	}
+	return OpenSinfWith(path, runtime.OpenOptions{Verify: c.Bool("verify"), NoMmap: true})
 }
 
 // Sparsity reads --mode, --phi and --alpha and validates them against m.

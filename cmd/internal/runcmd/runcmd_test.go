@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 // slimFile converts tinystories-656k at γ=0.7, δ=0.3 (random selection) over
@@ -179,4 +181,55 @@ func rewriteMeta(t *testing.T, src, out string, meta format.Metadata) {
 		require.NoError(t, w.AddTensor(tt.Name, tt.DType, tt.Shape, tt.Data))
 	}
 	require.NoError(t, w.Close())
+}
+
+// TestTruncatedWhileMapped (issue 16 item 3): a .sinf file truncated while
+// a run has it mapped gives an error naming the file (the read of a page
+// past the new end is a SIGBUS, which killed the process with a goroutine
+// dump), on the calling goroutine and on the kernel workers alike; Verify
+// says the same; with --no-mmap the file is in memory and the run does not
+// notice.
+func TestTruncatedWhileMapped(t *testing.T) {
+	file := slimFile(t)
+	want := func() []int {
+		m, _, f, err := runtime.OpenFile(file, runtime.OpenOptions{})
+		require.NoError(t, err)
+		defer f.Close()
+		p := kernels.NewPool(2)
+		defer p.Close()
+		res, err := m.NewSession(p, 64).Generate([]int{1, 80, 147}, runtime.GenerateOptions{MaxTokens: 4})
+		require.NoError(t, err)
+		return res.IDs
+	}()
+	fault := `^` + regexp.QuoteMeta(file) + `: file changed or was truncated while mapped \(a read of its weights at address 0x[0-9a-f]+ faulted\): copy it again, or run with --no-mmap to read it into memory where the filesystem cannot keep a mapping$`
+	for _, threads := range []int{1, 2} {
+		m, _, f, err := runtime.OpenFile(file, runtime.OpenOptions{})
+		require.NoError(t, err)
+		inMem, _, fm, err := runtime.OpenFile(file, runtime.OpenOptions{NoMmap: true})
+		require.NoError(t, err)
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		require.NoError(t, os.Truncate(file, format.HeaderSize))
+		p := kernels.NewPool(threads)
+		_, err = m.NewSession(p, 64).Generate([]int{1, 80, 147}, runtime.GenerateOptions{MaxTokens: 4})
+		require.Error(t, err)
+		require.Regexp(t, fault, err.Error(), "threads %d", threads)
+		err = f.Verify()
+		require.Error(t, err)
+		require.Regexp(t, `^`+regexp.QuoteMeta(file)+`: file changed or was truncated while mapped \(a read at address 0x[0-9a-f]+ faulted\)$`, err.Error())
+		res, err := inMem.NewSession(p, 64).Generate([]int{1, 80, 147}, runtime.GenerateOptions{MaxTokens: 4})
+		require.NoError(t, err)
+		require.Equal(t, want, res.IDs)
+		p.Close()
+		f.Close()
+		fm.Close()
+		require.NoError(t, os.WriteFile(file, b, 0o644))
+	}
+	// --no-mmap through the command: MappedBytes 0, the same tokens.
+	out, _, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "4", "--json", "--no-mmap", "--threads", "1")
+	require.NoError(t, err)
+	var r runcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Zero(t, r.MappedBytes)
+	require.Len(t, r.IDs, 4)
 }
