@@ -351,8 +351,8 @@ func (p *Pool) run(j job, n int) (parts int) {
 		}
 		<-p.finished
 	}
-	if f := p.fault.Swap(nil); f != nil {
-		panic(*f)
+	if p.fault.Load() != nil { // a read: the workers poll the cache lines nearby
+		panic(*p.fault.Swap(nil))
 	}
 	return total
 }
