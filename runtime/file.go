@@ -57,6 +57,10 @@ func LoadFile(f *format.File) (m *Model, err error) {
 // OpenOptions configure OpenFile.
 type OpenOptions struct {
 	Verify bool // check every tensor checksum before binding the model
+	// Cache, when its Path is set, makes OpenFile check every checksum of a
+	// file the cache does not know as verified (its first open, by file
+	// identity), and remember a pass: sinf run and sinf-run's default.
+	Cache VerifyCache
 	// NoMmap reads the file into memory (format.ReadFile) instead of
 	// mapping it, for filesystems where a mapping is unsafe (network or
 	// FUSE mounts, files that may be replaced while running).
@@ -81,11 +85,12 @@ func OpenFile(path string, o OpenOptions) (*Model, *tokenizer.Tokenizer, *format
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if o.Verify {
+	if o.Verify || o.Cache.Path != "" && !o.Cache.Verified(path) {
 		if err := f.Verify(); err != nil {
 			f.Close()
 			return nil, nil, nil, err
 		}
+		o.Cache.Remember(path)
 	}
 	m, err := LoadFile(f)
 	if err != nil {

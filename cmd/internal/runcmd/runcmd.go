@@ -73,7 +73,7 @@ func Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: what the run needs, the prompt's tokens + --max-tokens, at most the model's max_position_embeddings or sliding window)"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
-		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running"},
+		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running (without it, a .sinf file is checked on its first open only: the files that passed are remembered by identity in $SINF_VERIFY_CACHE, else ~/.cache/sinf/verified)"},
 		&cli.BoolFlag{Name: "no-mmap", Usage: "read the .sinf file into memory instead of mapping it (for network or FUSE filesystems, or a file that may change while running)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
 	}...)
@@ -244,17 +244,21 @@ func Action(open Opener) cli.ActionFunc {
 	}
 }
 
-// openRun opens --model with open, or with --no-mmap reads the .sinf file
-// into memory (an HF folder is always mapped, so it is refused there).
+// openRun opens --model: a .sinf file with its checksums verified on its
+// first open (runtime.DefaultVerifyCache remembers the files that passed;
+// --verify checks every time) and, with --no-mmap, read into memory; a
+// folder with open (an HF checkpoint, always mapped, so --no-mmap is refused
+// there).
 func openRun(c *cli.Context, open Opener) (*Loaded, error) {
 	path := c.String("model")
-	if !c.Bool("no-mmap") {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		if c.Bool("no-mmap") && err == nil && fi.IsDir() {
+			return nil, fmt.Errorf("--no-mmap: %s is a folder; it reads a .sinf file into memory (an HF checkpoint is always mapped)", path)
+		}
 		return open(path, c.Bool("verify"))
 	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return nil, fmt.Errorf("--no-mmap: %s is a folder; it reads a .sinf file into memory (an HF checkpoint is always mapped)", path)
-	}
-	return OpenSinfWith(path, runtime.OpenOptions{Verify: c.Bool("verify"), NoMmap: true})
+	return OpenSinfWith(path, runtime.OpenOptions{Verify: c.Bool("verify"), NoMmap: c.Bool("no-mmap"), Cache: runtime.DefaultVerifyCache()})
 }
 
 // Sparsity reads --mode, --phi and --alpha and validates them against m.

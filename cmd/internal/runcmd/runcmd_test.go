@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -232,4 +233,48 @@ func TestTruncatedWhileMapped(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
 	require.Zero(t, r.MappedBytes)
 	require.Len(t, r.IDs, 4)
+}
+
+// TestVerifyOnFirstOpen (issue 16 item 15): a .sinf file whose tensor data
+// was damaged (after copying to the device) is refused on its first run
+// without --verify, naming the tensor; a file that passed is remembered by
+// identity and not checked again, until it is rewritten.
+func TestVerifyOnFirstOpen(t *testing.T) {
+	cache := runtime.VerifyCache{Path: filepath.Join(t.TempDir(), "verified")}
+	t.Setenv("SINF_VERIFY_CACHE", cache.Path)
+	file := slimFile(t)
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	f, err := format.Open(file)
+	require.NoError(t, err)
+	info, _ := f.Info("model.layers.1.mlp.up_proj.weight")
+	f.Close()
+	corrupt := filepath.Join(t.TempDir(), "copied.sinf")
+	cb := append([]byte(nil), b...)
+	cb[info.Offset+5] ^= 0xff
+	require.NoError(t, os.WriteFile(corrupt, cb, 0o644))
+
+	_, _, err = run("--model", corrupt, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.EqualError(t, err, fmt.Sprintf(`%s: tensor "model.layers.1.mlp.up_proj.weight" data at offset %d: checksum 0x%08x does not match stored 0x%08x: the data is corrupt`,
+		corrupt, info.Offset, format.Checksum(cb[info.Offset:info.Offset+info.Length]), info.CRC32C))
+	require.False(t, cache.Verified(corrupt))
+
+	require.False(t, cache.Verified(file))
+	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.NoError(t, err)
+	require.True(t, cache.Verified(file), "a file that passed is remembered")
+	lines, err := os.ReadFile(cache.Path)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(lines), "\n"))
+	// The same run again adds nothing; a rewrite of the file (a new copy)
+	// is a new identity, checked again.
+	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.NoError(t, err)
+	lines2, _ := os.ReadFile(cache.Path)
+	require.Equal(t, string(lines), string(lines2))
+	require.NoError(t, os.Remove(file))
+	require.NoError(t, os.WriteFile(file, cb, 0o644))
+	require.False(t, cache.Verified(file))
+	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.ErrorContains(t, err, `tensor "model.layers.1.mlp.up_proj.weight" data`)
 }
