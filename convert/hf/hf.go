@@ -142,6 +142,13 @@ func (c *Checkpoint) mapFile(path string) error {
 	}
 	sf := &stFile{path: path, data: data}
 	c.files = append(c.files, sf)
+	return c.addFile(sf)
+}
+
+// addFile parses the safetensors file sf (its data read or mapped) and adds
+// its tensors to c.
+func (c *Checkpoint) addFile(sf *stFile) (err error) {
+	path, data := sf.path, sf.data
 	if err := CheckHeader(path, data); err != nil {
 		return err
 	}

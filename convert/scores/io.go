@@ -144,6 +144,11 @@ func Read(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readBytes(path, data)
+}
+
+// readBytes is Read of a file's bytes; path labels errors.
+func readBytes(path string, data []byte) (*File, error) {
 	_, md, err := safetensors.ReadMetadata(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", path, ErrNotSafetensors, err)
