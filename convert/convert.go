@@ -109,10 +109,10 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		Provenance: format.Provenance{Source: ck.Dir, SourceDigest: "sha256:" + ck.Digest(),
 			ToolVersion: ToolVersion, Created: time.Now().UTC().Format(time.RFC3339)},
 	}
-	if meta.Tokenizer, err = os.ReadFile(filepath.Join(ck.Dir, "tokenizer.json")); err != nil {
+	if meta.Tokenizer, err = format.ReadRegularFile(filepath.Join(ck.Dir, "tokenizer.json")); err != nil {
 		return nil, fmt.Errorf("%s: the tokenizer is embedded in the .sinf file: %w", ck.Dir, err)
 	}
-	if tc, err := os.ReadFile(filepath.Join(ck.Dir, "tokenizer_config.json")); err == nil {
+	if tc, err := format.ReadRegularFile(filepath.Join(ck.Dir, "tokenizer_config.json")); err == nil {
 		meta.TokenizerConfig = tc
 	}
 	// The runtime builds the tokenizer from these bytes: refuse now what it

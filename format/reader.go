@@ -41,18 +41,44 @@ func NewFile(data []byte, name string) (*File, error) {
 // in resident memory, and a change to the file afterwards cannot affect the
 // process. Errors are those of Open.
 func ReadFile(path string) (*File, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	data, err := os.ReadFile(path)
+	data, err := ReadRegularFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return parse(data, path)
+}
+
+// ReadRegularFile is os.ReadFile for a file named by a user or by another
+// file: it refuses what is not a regular file (after symlinks) before
+// opening it, since opening a FIFO blocks until a writer comes and a
+// character device such as /dev/zero never ends. The error names the path
+// and what it is.
+func ReadRegularFile(path string) ([]byte, error) {
+	if err := CheckRegular(path); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(path)
+}
+
+// CheckRegular returns an error naming path when it is not a regular file
+// (after symlinks): a folder, a FIFO, a device or a socket. A missing file
+// is the os.Stat error (errors.Is(err, fs.ErrNotExist)).
+func CheckRegular(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		return nil
+	case m.IsDir():
+		return fmt.Errorf("%s: is a folder, not a regular file", path)
+	case m&os.ModeNamedPipe != 0:
+		return fmt.Errorf("%s: is a FIFO (named pipe), not a regular file", path)
+	case m&os.ModeDevice != 0:
+		return fmt.Errorf("%s: is a device, not a regular file", path)
+	}
+	return fmt.Errorf("%s: not a regular file (%v)", path, fi.Mode().Type())
 }
 
 // parse runs the reader checks of spec §7 in order.

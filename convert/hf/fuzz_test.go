@@ -8,7 +8,7 @@ import (
 )
 
 // FuzzSafetensors feeds arbitrary bytes to the safetensors reader
-// (CheckHeader, then the library, then the checkpoint's views) and binds
+// (sthead.Check, then the library, then the checkpoint's views) and binds
 // whatever opens to a model of a tiny config. Nothing may panic; every
 // tensor that is listed opens with as many bytes as its shape and dtype
 // say.

@@ -1,8 +1,8 @@
 // Package hf reads HuggingFace checkpoint folders: config.json,
 // generation_config.json, and model.safetensors or a sharded
 // model.safetensors.index.json. Tensor data is served zero-copy from
-// read-only memory maps of the safetensors files (github.com/nlpodyssey/safetensors
-// parses the headers). A Checkpoint implements runtime.Source.
+// read-only memory maps of the safetensors files (sthead checks the headers,
+// github.com/nlpodyssey/safetensors parses them). A Checkpoint implements runtime.Source.
 package hf
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/nlpodyssey/safetensors"
 	"golang.org/x/sys/unix"
 
+	"github.com/selectinfer/sinf/convert/sthead"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
@@ -58,13 +59,13 @@ func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, tensors: map[string]tensorRef{}}
 	cfgPath := filepath.Join(dir, "config.json")
 	var err error
-	if c.ConfigJSON, err = os.ReadFile(cfgPath); err != nil {
+	if c.ConfigJSON, err = format.ReadRegularFile(cfgPath); err != nil {
 		return nil, err
 	}
 	if c.Config, err = runtime.ParseConfig(cfgPath, c.ConfigJSON); err != nil {
 		return nil, err
 	}
-	if g, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil {
+	if g, err := format.ReadRegularFile(filepath.Join(dir, "generation_config.json")); err == nil {
 		c.GenerationConfig = g
 	}
 	files, err := weightFiles(dir)
@@ -88,7 +89,7 @@ func Open(dir string) (*Checkpoint, error) {
 // model.safetensors.index.json, else model.safetensors.
 func weightFiles(dir string) ([]string, error) {
 	idxPath := filepath.Join(dir, "model.safetensors.index.json")
-	raw, err := os.ReadFile(idxPath)
+	raw, err := format.ReadRegularFile(idxPath)
 	if errors.Is(err, os.ErrNotExist) {
 		single := filepath.Join(dir, "model.safetensors")
 		if _, err := os.Stat(single); err != nil {
@@ -124,6 +125,9 @@ func weightFiles(dir string) ([]string, error) {
 }
 
 func (c *Checkpoint) mapFile(path string) error {
+	if err := format.CheckRegular(path); err != nil { // before os.Open, which blocks on a FIFO
+		return err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -149,7 +153,7 @@ func (c *Checkpoint) mapFile(path string) error {
 // its tensors to c.
 func (c *Checkpoint) addFile(sf *stFile) (err error) {
 	path, data := sf.path, sf.data
-	if err := CheckHeader(path, data); err != nil {
+	if err := sthead.Check(path, data); err != nil {
 		return err
 	}
 	if sf.st, err = safetensors.Deserialize(data); err != nil {

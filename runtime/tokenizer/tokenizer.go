@@ -34,6 +34,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // Error is a problem with a tokenizer file: which tokenizer, which file,
@@ -90,11 +92,11 @@ type Tokenizer struct {
 
 // Load reads dir/tokenizer.json and, when present, dir/tokenizer_config.json.
 func Load(dir string) (*Tokenizer, error) {
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	tj, err := format.ReadRegularFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	cj, err := format.ReadRegularFile(filepath.Join(dir, "tokenizer_config.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		cj = nil
 	} else if err != nil {

@@ -1,4 +1,8 @@
-package hf
+// Package sthead checks the framing and the JSON header of a safetensors
+// file before github.com/nlpodyssey/safetensors reads it, for what that
+// library reports badly or not at all. The HF checkpoint reader and the
+// score-file reader use it.
+package sthead
 
 import (
 	"bytes"
@@ -15,7 +19,7 @@ import (
 // MAX_HEADER_SIZE, 100 MB).
 const maxHeaderBytes = 100_000_000
 
-// CheckHeader checks the framing and the JSON header of the safetensors
+// Check checks the framing and the JSON header of the safetensors
 // file data (the whole file: an 8-byte little-endian header length, the
 // header, the tensor data) before the safetensors library reads it, for what
 // that library reports badly or not at all (github.com/nlpodyssey/safetensors
@@ -29,15 +33,19 @@ const maxHeaderBytes = 100_000_000
 //   - a tensor name that is not valid UTF-8, or that repeats (a pass over
 //     the header's JSON tokens, so the raw bytes are what is checked);
 //   - a header that names no tensor.
-func CheckHeader(path string, data []byte) error {
+func Check(path string, data []byte) error {
 	if len(data) < 8 {
 		return fmt.Errorf("%s: truncated: %d bytes, a safetensors file needs at least 8", path, len(data))
 	}
-	if kind := sniff(data); kind != "" {
-		return fmt.Errorf("%s: not a safetensors file (looks like %s)", path, kind)
-	}
 	n := binary.LittleEndian.Uint64(data)
 	rest := uint64(len(data) - 8)
+	// Another format is named only where the bytes are no safetensors
+	// framing: a real header length can begin with a pickle's 0x80 0x02.
+	if n > rest || n < 2 || data[8] != '{' {
+		if kind := sniff(data); kind != "" {
+			return fmt.Errorf("%s: not a safetensors file (looks like %s)", path, kind)
+		}
+	}
 	switch {
 	case n > maxHeaderBytes && (n > rest || data[8] != '{'):
 		return fmt.Errorf("%s: not a safetensors file: its first 8 bytes give a header of %d bytes (at most %d), and the file holds %d", path, n, uint64(maxHeaderBytes), len(data))

@@ -1,14 +1,17 @@
-package hf_test
+package sthead_test
 
 import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/sthead"
+	"github.com/selectinfer/sinf/internal/sharedtest"
 )
 
 // safetensorsBytes frames a raw JSON header and data as a safetensors file.
@@ -17,9 +20,9 @@ func safetensorsBytes(header string, data []byte) []byte {
 	return append(append(out, header...), data...)
 }
 
-// TestCheckHeader feeds each malformed safetensors framing or header of
+// TestCheck feeds each malformed safetensors framing or header of
 // issue 16 (items 1, 5, 11, 12) and asserts the exact error.
-func TestCheckHeader(t *testing.T) {
+func TestCheck(t *testing.T) {
 	w := `{"dtype":"F32","shape":[2],"data_offsets":[0,8]}`
 	w2 := `{"dtype":"F32","shape":[2],"data_offsets":[8,16]}`
 	eight := make([]byte, 8)
@@ -57,17 +60,27 @@ func TestCheckHeader(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			require.EqualError(t, hf.CheckHeader("m.safetensors", c.file), c.want)
+			require.EqualError(t, sthead.Check("m.safetensors", c.file), c.want)
 		})
 	}
-	require.NoError(t, hf.CheckHeader("m.safetensors", safetensorsBytes(`{"__metadata__":{"format":"pt"},"w":`+w+`}`, eight)))
+	require.NoError(t, sthead.Check("m.safetensors", safetensorsBytes(`{"__metadata__":{"format":"pt"},"w":`+w+`}`, eight)))
+	// A header of 640 bytes starts the file with 0x80 0x02, as a pickle
+	// does: the framing decides, not the first bytes.
+	h640 := `{"w":` + w + `,"__metadata__":{"pad":"` + strings.Repeat("x", 640-len(`{"w":`+w+`,"__metadata__":{"pad":""}}`)) + `"}}`
+	require.Len(t, h640, 640)
+	require.NoError(t, sthead.Check("m.safetensors", safetensorsBytes(h640, eight)))
 }
 
 // TestOpenRefusesEmptyCheckpoint: sinf convert on a checkpoint with no
 // tensors panicked in convert.Convert (issue 16 item 1); the reader now
 // refuses it, naming the file.
 func TestOpenRefusesEmptyCheckpoint(t *testing.T) {
-	dir := copyModel(t, "stories260k")
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "tokenizer.json"} {
+		b, err := os.ReadFile(sharedtest.Path(t, "models", "stories260k", f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
 	p := filepath.Join(dir, "model.safetensors")
 	require.NoError(t, os.WriteFile(p, safetensorsBytes(`{"__metadata__":{}}`, nil), 0o644))
 	_, err := hf.Open(dir)
