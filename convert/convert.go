@@ -68,7 +68,11 @@ type Report struct {
 // range. It streams tensor by tensor (one output tensor in memory at a time)
 // and writes through a temporary file renamed on success, so a failed
 // conversion leaves no partial file and any old file intact.
-func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
+//
+// A weight file of ck truncated or replaced while it is read (a memory
+// fault on its mapping) is an error naming the folder, not a crash.
+func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) {
+	defer hf.CatchFault(ck.Dir, &err)()
 	cfg := ck.Config
 	N, H := cfg.Intermediate, cfg.Hidden
 	if !(opt.Gamma > 0 && opt.Gamma <= 1) {

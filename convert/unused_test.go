@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/nlpodyssey/safetensors"
@@ -209,4 +210,24 @@ func TestConvertF16Overflow(t *testing.T) {
 	require.EqualError(t, conv(big, format.F16), "tensor model.layers.1.self_attn.v_proj.weight [32 64]: element 70 is -70000, outside the F16 range (±65504), so it would be stored as ±Inf: convert with --dtype bf16 or f32")
 	require.NoError(t, conv(big, format.BF16))
 	require.NoError(t, conv(set(65504), format.F16))
+}
+
+// TestConvertTruncatedSource (attacker pass, as issue 16 item 3 for the
+// converter): a model.safetensors truncated while convert has it mapped is
+// an error naming the folder, no output file is left, and the process is
+// not killed by the SIGBUS.
+func TestConvertTruncatedSource(t *testing.T) {
+	dir := editedCopy(t, "stories260k", func(map[string]format.Tensor) {})
+	ck, err := hf.Open(dir)
+	require.NoError(t, err)
+	defer ck.Close()
+	require.NoError(t, os.Truncate(filepath.Join(dir, "model.safetensors"), 4096))
+	out := filepath.Join(t.TempDir(), "m.sinf")
+	_, err = convert.Convert(ck, out, allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
+	require.Error(t, err)
+	require.Regexp(t, `^`+regexp.QuoteMeta(dir)+`: file changed or was truncated while mapped \(a read of its weights at address 0x[0-9a-f]+ faulted\)`, err.Error())
+	require.NoFileExists(t, out)
+	entries, err := os.ReadDir(filepath.Dir(out))
+	require.NoError(t, err)
+	require.Empty(t, entries, "a temporary file was left behind")
 }

@@ -148,7 +148,7 @@ func FaultError(path string, r any) error {
 	if a, ok := r.(interface{ Addr() uintptr }); ok {
 		addr = a.Addr()
 	}
-	return fmt.Errorf("%s: file changed or was truncated while mapped (a read of its weights at address %#x faulted): copy it again, or run with --no-mmap to read it into memory where the filesystem cannot keep a mapping", path, addr)
+	return fmt.Errorf("%s: file changed or was truncated while mapped (a read of its weights at address %#x faulted): copy it again (a .sinf file on a filesystem that cannot keep a mapping runs with --no-mmap, read into memory)", path, addr)
 }
 
 func (s *Session) forward(tokens []int, all bool) ([]float32, error) {

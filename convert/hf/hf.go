@@ -7,6 +7,7 @@ package hf
 
 import (
 	"crypto/sha256"
+	"runtime/debug"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"github.com/selectinfer/sinf/convert/sthead"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
@@ -281,7 +283,8 @@ func (c *Checkpoint) Validate() (used map[string]bool, err error) {
 // Load opens dir, validates it (Validate; the ignored tensors are in the
 // checkpoint's Ignored) and binds its weights to a runtime.Model (all layers
 // whole).
-func Load(dir string) (*Checkpoint, *runtime.Model, error) {
+func Load(dir string) (_ *Checkpoint, _ *runtime.Model, err error) {
+	defer CatchFault(dir, &err)()
 	c, err := Open(dir)
 	if err != nil {
 		return nil, nil, err
@@ -297,6 +300,25 @@ func Load(dir string) (*Checkpoint, *runtime.Model, error) {
 	}
 	m.Path = dir
 	return c, m, nil
+}
+
+// CatchFault, deferred with SetPanicOnFault in effect, turns a memory
+// fault reading a mapped weight file of the checkpoint in dir (a file
+// truncated or replaced while open: SIGBUS) into *err, naming the folder,
+// instead of a fatal goroutine dump. It sets SetPanicOnFault for the rest of
+// the calling function's goroutine work itself: call it first, as
+// defer hf.CatchFault(dir, &err)().
+func CatchFault(dir string, err *error) func() {
+	old := debug.SetPanicOnFault(true)
+	return func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if !kernels.IsFault(r) {
+				panic(r)
+			}
+			*err = runtime.FaultError(dir, r)
+		}
+	}
 }
 
 // LoadModel is Load plus the folder's tokenizer (tokenizer.json and
