@@ -7,13 +7,13 @@ package hf
 
 import (
 	"crypto/sha256"
-	"runtime/debug"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"unsafe"
 
