@@ -16,7 +16,7 @@ vet:
 # The test command of README.md and .ci/run: vet, every test, the race
 # detector on the concurrent code, a few seconds of each fuzz target.
 test: vet
-	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 10s ./format/
+	$(MAKE) fuzz FUZZTIME=5s
 	$(GO) test -race ./runtime/kernels/ ./convert/profile/ ./runtime/ ./cmd/internal/serve/
 	$(GO) test ./...
 
@@ -24,8 +24,16 @@ test: vet
 test-arm64:
 	GOARCH=arm64 $(GO) test -exec qemu-aarch64-static ./runtime/... ./format/
 
+# Every reader of a file from outside, one fuzz target each, one after the
+# other (FUZZTIME each; make test runs 5s of each). FUZZFLAGS=-parallel=1
+# on a shared machine.
+FUZZTIME ?= 10m
+FUZZ_TARGETS = FuzzOpen:./format/ FuzzSafetensors:./convert/hf/ FuzzNew:./runtime/tokenizer/ FuzzRead:./convert/scores/
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 10m ./format/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} $${t#*:} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $${t#*:}; \
+	done
 
 bench:
 	$(GO) test -run '^$$' -bench . ./runtime/kernels/

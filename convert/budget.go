@@ -66,6 +66,9 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 	var nonFFN, ffnLayer int64
 	tied := tiedHead(ck)
 	for _, n := range ck.Names() {
+		if n == "lm_head.weight" && tied {
+			continue // not stored (Convert stores only what the model reads)
+		}
 		t, _ := ck.Tensor(n)
 		b := int64(len(t.Data))
 		if opt.DType != 0 {

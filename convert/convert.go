@@ -19,6 +19,7 @@ import (
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
 // ToolVersion is recorded in the files sinf writes (format.ToolVersion).
@@ -63,13 +64,20 @@ type Report struct {
 	// Fallbacks lists the tensors stored in another dtype than asked for,
 	// with the reason (rows that are not whole blocks of a block dtype).
 	Fallbacks []string
+	// Ignored lists the source tensors not stored, with the reason
+	// (hf.Checkpoint.Validate): a tied model's lm_head, a RoPE buffer.
+	Ignored []string
 }
 
 // Convert writes ck as a .sinf file at out, slicing the FFN layers of the
 // range. It streams tensor by tensor (one output tensor in memory at a time)
 // and writes through a temporary file renamed on success, so a failed
 // conversion leaves no partial file and any old file intact.
-func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
+//
+// A weight file of ck truncated or replaced while it is read (a memory
+// fault on its mapping) is an error naming the folder, not a crash.
+func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) {
+	defer hf.CatchFault(ck.Dir, &err)()
 	cfg := ck.Config
 	N, H := cfg.Intermediate, cfg.Hidden
 	if !(opt.Gamma > 0 && opt.Gamma <= 1) {
@@ -88,6 +96,13 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 	if err := checkOut(out, ck, opt.TaskScoresPath, opt.ModelScoresPath); err != nil {
 		return nil, err
 	}
+	// The whole model the runtime will load, checked before anything is
+	// written; only the tensors it reads are stored (ck.Ignored says why the
+	// others are left out).
+	used, err := ck.Validate()
+	if err != nil {
+		return nil, err
+	}
 	dtype := opt.DType
 	if opt.EmbedDType != 0 && (tiedHead(ck) || !ck.Has("model.embed_tokens.weight")) {
 		return nil, fmt.Errorf("%s: --embed-dtype: the embedding is tied to the output projection (tie_word_embeddings), so it is stored as the head: use --head-dtype", ck.Dir)
@@ -103,11 +118,17 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		Provenance: format.Provenance{Source: ck.Dir, SourceDigest: "sha256:" + ck.Digest(),
 			ToolVersion: ToolVersion, Created: time.Now().UTC().Format(time.RFC3339)},
 	}
-	if meta.Tokenizer, err = os.ReadFile(filepath.Join(ck.Dir, "tokenizer.json")); err != nil {
+	if meta.Tokenizer, err = format.ReadRegularFile(filepath.Join(ck.Dir, "tokenizer.json")); err != nil {
 		return nil, fmt.Errorf("%s: the tokenizer is embedded in the .sinf file: %w", ck.Dir, err)
 	}
-	if tc, err := os.ReadFile(filepath.Join(ck.Dir, "tokenizer_config.json")); err == nil {
+	if tc, err := format.ReadRegularFile(filepath.Join(ck.Dir, "tokenizer_config.json")); err == nil {
 		meta.TokenizerConfig = tc
+	}
+	// The runtime builds the tokenizer from these bytes: refuse now what it
+	// would refuse (an unsupported component, a regex that backtracks
+	// catastrophically) rather than write a file that does not run.
+	if _, err := tokenizer.New(ck.Dir, meta.Tokenizer, meta.TokenizerConfig); err != nil {
+		return nil, err
 	}
 
 	// Kept neurons per layer in range.
@@ -134,8 +155,13 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		meta.Selection.Layers = append(meta.Selection.Layers, format.LayerSelection{Layer: l, Kept: len(k), Base: base})
 	}
 
-	names := orderedNames(ck.Names())
-	first, _ := ck.Tensor(names[0])
+	var names []string
+	for _, n := range orderedNames(ck.Names()) {
+		if used[n] {
+			names = append(names, n)
+		}
+	}
+	first, _ := ck.Tensor(names[0]) // Validate found the embedding at least
 	if dtype == 0 {
 		dtype = first.DType
 		for _, n := range names {
@@ -146,7 +172,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		}
 	}
 	meta.DType = dtype
-	for _, n := range names {
+	for _, n := range ck.Names() {
 		t, _ := ck.Tensor(n)
 		meta.Provenance.SourceBytes += int64(len(t.Data))
 	}
@@ -161,7 +187,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (*Report, error) {
 		bar = progressbar.NewOptions(len(names), progressbar.OptionSetWriter(opt.Progress),
 			progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers}
+	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored}
 	for _, name := range names {
 		t, err := ck.Tensor(name)
 		if err != nil {
@@ -363,10 +389,11 @@ var layerOrder = []string{
 	"post_attention_layernorm.", "mlp.gate_proj.", "mlp.up_proj.", "mlp.down_proj.",
 }
 
-// tiedHead reports whether ck's embedding is also its output projection: a
-// tied model that stores no lm_head.weight (spec §6.1).
+// tiedHead reports whether ck's model.embed_tokens.weight is also its output
+// projection: a tied model that stores it (any lm_head.weight beside it is
+// ignored, as HF ties them; spec §6.1).
 func tiedHead(ck *hf.Checkpoint) bool {
-	return ck.Config.TieEmbeddings && !ck.Has("lm_head.weight")
+	return ck.Config.TieEmbeddings && ck.Has("model.embed_tokens.weight")
 }
 
 // StoredDType returns the dtype a whole (not sliced) tensor t is stored in
@@ -447,8 +474,12 @@ func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
 			if enc, err = format.Quantize(buf[:0], f, dtype); err != nil {
 				return fmt.Errorf("tensor %s: %w", t.Name, err)
 			}
-		} else {
-			enc = encode(buf[:0], f, dtype)
+		} else if enc, err = encode(buf[:0], f, dtype); err != nil {
+			var oe overflowError
+			if errors.As(err, &oe) {
+				return fmt.Errorf("tensor %s %v: element %d is %g, outside the %v range (±%g), so it would be stored as ±Inf: convert with --dtype bf16 or f32", t.Name, t.Shape, lo/es+oe.i, oe.v, dtype, maxF16)
+			}
+			return err
 		}
 		if _, err := out.Write(enc); err != nil {
 			return err
@@ -457,20 +488,37 @@ func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
 	return w.EndTensor()
 }
 
+// maxF16 is the largest finite F16 value.
+const maxF16 = 65504.0
+
+// overflowError is encode's error for a finite value that F16 cannot hold.
+type overflowError struct {
+	i int     // element index in the chunk
+	v float32 // the value
+}
+
+func (e overflowError) Error() string { return fmt.Sprintf("element %d: %g overflows F16", e.i, e.v) }
+
 // encode appends float32 values to dst, little-endian in dtype (round to
-// nearest even for F16 and BF16).
-func encode(dst []byte, f []float32, dtype format.DType) []byte {
-	for _, v := range f {
+// nearest even for F16 and BF16). A finite value that rounds to ±Inf in F16
+// (|v| ≥ 65520) is an overflowError: the file would hold an Inf that no
+// checksum flags.
+func encode(dst []byte, f []float32, dtype format.DType) ([]byte, error) {
+	for i, v := range f {
 		switch dtype {
 		case format.F32:
 			dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
 		case format.F16:
-			dst = binary.LittleEndian.AppendUint16(dst, format.F32ToF16(v))
+			h := format.F32ToF16(v)
+			if h&0x7fff == 0x7c00 && !math.IsInf(float64(v), 0) {
+				return dst, overflowError{i, v}
+			}
+			dst = binary.LittleEndian.AppendUint16(dst, h)
 		case format.BF16:
 			dst = binary.LittleEndian.AppendUint16(dst, format.F32ToBF16(v))
 		}
 	}
-	return dst
+	return dst, nil
 }
 
 // writeSliced stores the kept neurons of one FFN tensor: gate/up rows in kept

@@ -126,9 +126,9 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 	c := m.Config
 	ctx := o.Context
 	if ctx <= 0 {
-		ctx = min(c.MaxPositions, DefaultContext)
+		ctx = min(c.MaxContext(), DefaultContext)
 	}
-	ctx = min(ctx, c.MaxPositions)
+	ctx = min(ctx, c.MaxContext())
 	if c.HeadDim > 256 {
 		return nil, fmt.Errorf("cuda: head_dim %d above 256 is not supported", c.HeadDim)
 	}

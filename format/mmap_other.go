@@ -2,20 +2,11 @@
 
 package format
 
-import (
-	"fmt"
-	"os"
-)
+import "fmt"
 
 // Open reads the .sinf file at path into memory (this platform has no mmap
 // support here) and validates it as the unix Open does.
-func Open(path string) (*File, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return parse(b, path)
-}
+func Open(path string) (*File, error) { return ReadFile(path) }
 
 // Advice is a hint about how mapped pages will be used; ignored here.
 type Advice int

@@ -16,6 +16,9 @@ import (
 // verify tensor checksums (see Verify). A malformed file gives a
 // *FormatError naming the path, field and offset; Close unmaps.
 func Open(path string) (*File, error) {
+	if err := CheckRegular(path); err != nil { // before os.Open, which blocks on a FIFO
+		return nil, err
+	}
 	fd, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"runtime/debug"
 	"sort"
 	"unicode/utf8"
 )
@@ -31,6 +33,52 @@ type File struct {
 // never panics, whatever data holds; a malformed file yields a *FormatError.
 func NewFile(data []byte, name string) (*File, error) {
 	return parse(data, name)
+}
+
+// ReadFile reads the whole .sinf file at path into memory and validates it
+// as NewFile does: the reader for filesystems where a mapping is unsafe
+// (sinf run --no-mmap, as llama.cpp's --no-mmap). It costs the file's size
+// in resident memory, and a change to the file afterwards cannot affect the
+// process. Errors are those of Open.
+func ReadFile(path string) (*File, error) {
+	data, err := ReadRegularFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(data, path)
+}
+
+// ReadRegularFile is os.ReadFile for a file named by a user or by another
+// file: it refuses what is not a regular file (after symlinks) before
+// opening it, since opening a FIFO blocks until a writer comes and a
+// character device such as /dev/zero never ends. The error names the path
+// and what it is.
+func ReadRegularFile(path string) ([]byte, error) {
+	if err := CheckRegular(path); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(path)
+}
+
+// CheckRegular returns an error naming path when it is not a regular file
+// (after symlinks): a folder, a FIFO, a device or a socket. A missing file
+// is the os.Stat error (errors.Is(err, fs.ErrNotExist)).
+func CheckRegular(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		return nil
+	case m.IsDir():
+		return fmt.Errorf("%s: is a folder, not a regular file", path)
+	case m&os.ModeNamedPipe != 0:
+		return fmt.Errorf("%s: is a FIFO (named pipe), not a regular file", path)
+	case m&os.ModeDevice != 0:
+		return fmt.Errorf("%s: is a device, not a regular file", path)
+	}
+	return fmt.Errorf("%s: not a regular file (%v)", path, fi.Mode().Type())
 }
 
 // parse runs the reader checks of spec §7 in order.
@@ -110,6 +158,10 @@ func checkRegion(path string, fieldOff int64, field string, off, n uint64, size 
 	return nil
 }
 
+// shallowKeys are the metadata keys whose values repeatedKey checks at their
+// top level only.
+var shallowKeys = map[string]bool{"tokenizer": true, "tokenizer_config": true}
+
 // parseMetadata decodes the metadata block (spec §4, §7.5).
 func (f *File) parseMetadata(mb []byte) error {
 	off := int64(f.MetadataOffset)
@@ -121,6 +173,12 @@ func (f *File) parseMetadata(mb []byte) error {
 	}
 	if err := json.Unmarshal(mb, &f.meta); err != nil { // validates the whole block first
 		return errorf(f.path, off, "metadata", "%v", err)
+	}
+	if k, err := repeatedKey(mb, shallowKeys); err != nil || k != "" {
+		if err != nil {
+			return errorf(f.path, off, "metadata", "%v", err)
+		}
+		return errorf(f.path, off, "metadata", "key %s repeats (spec §4: keys must not repeat within an object)", k)
 	}
 	if err := f.meta.Validate(); err != nil {
 		return errorf(f.path, off, "metadata", "%v", err)
@@ -347,10 +405,23 @@ func (f *File) verify(t *TensorInfo) error {
 // Verify recomputes every tensor's CRC-32C in directory order and returns a
 // *FormatError naming the first tensor whose data does not match. It reads
 // the whole file; Open does not (spec §7).
-func (f *File) Verify() error {
+//
+// A memory fault while reading (the mapped file was truncated underneath)
+// is an error saying so, not a crash.
+func (f *File) Verify() (err error) {
 	if f.data == nil {
 		return fmt.Errorf("%s: %w", f.path, ErrClosed)
 	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			a, ok := r.(interface{ Addr() uintptr })
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("%s: file changed or was truncated while mapped (a read at address %#x faulted)", f.path, a.Addr())
+		}
+	}()
 	for i := range f.tensors {
 		if err := f.verify(&f.tensors[i]); err != nil {
 			return err

@@ -38,6 +38,47 @@ type Config struct {
 	BOS           int          // bos_token_id, -1 when absent
 	EOS           []int        // eos_token_id (an int or a list)
 	HiddenAct     string       // hidden_act; only "silu" is supported
+	// SlidingWindow is Qwen2's sliding_window when use_sliding_window is
+	// true and some layer uses it (a layer i ≥ max_window_layers, HF
+	// Qwen2Attention), else 0. sinf computes full attention, which equals
+	// HF's sliding-window attention while the sequence fits in the window,
+	// so MaxContext caps the context at it.
+	SlidingWindow int
+}
+
+// Limits on the config values that size allocations; a config.json above
+// one is refused (it would ask for more memory than any device has, such as
+// max_position_embeddings 2147483647).
+const (
+	MaxHidden       = 1 << 16 // hidden_size, head_dim · heads
+	MaxIntermediate = 1 << 20 // intermediate_size
+	MaxLayers       = 1 << 10 // num_hidden_layers
+	MaxHeads        = 1 << 10 // num_attention_heads
+	MaxHeadDim      = 1 << 10 // head_dim
+	MaxVocab        = 1 << 24 // vocab_size
+	MaxPositions    = 1 << 24 // max_position_embeddings (16 Mi positions)
+)
+
+// DefaultContext is the KV cache length a session gets when none is asked
+// for: the model's MaxContext, at most this (4096 positions; a KV cache for a
+// model's whole max_position_embeddings can be gigabytes: Llama-3.2-1B's
+// 131072 positions take 4 GiB).
+const DefaultContext = 4096
+
+// MaxContext returns the longest context this runtime computes exactly for
+// the model: max_position_embeddings, or the sliding window when smaller
+// (see SlidingWindow).
+func (c Config) MaxContext() int {
+	if c.SlidingWindow > 0 && c.SlidingWindow < c.MaxPositions {
+		return c.SlidingWindow
+	}
+	return c.MaxPositions
+}
+
+// KVBytes returns the bytes of a float32 KV cache of ctx positions:
+// 2 · layers · ctx · kv_heads · head_dim · 4.
+func (c Config) KVBytes(ctx int) int64 {
+	return 2 * int64(c.Layers) * int64(ctx) * int64(c.KVHeads) * int64(c.HeadDim) * 4
 }
 
 // Architectures lists the model_type values this runtime runs.
@@ -62,6 +103,9 @@ type hfConfig struct {
 	BOSTokenID        json.RawMessage `json:"bos_token_id"`
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
 	HiddenAct         string          `json:"hidden_act"`
+	UseSlidingWindow  bool            `json:"use_sliding_window"`
+	SlidingWindow     *int            `json:"sliding_window"`
+	MaxWindowLayers   *int            `json:"max_window_layers"`
 }
 
 // ParseConfig parses a HuggingFace config.json. name labels errors (the file
@@ -128,11 +172,28 @@ func ParseConfig(name string, data []byte) (Config, error) {
 			return Config{}, fmt.Errorf("%s: field %s must be positive, found %d", name, f.field, f.v)
 		}
 	}
+	for _, f := range []struct {
+		field  string
+		v, max int
+	}{{"hidden_size", c.Hidden, MaxHidden}, {"intermediate_size", c.Intermediate, MaxIntermediate},
+		{"num_hidden_layers", c.Layers, MaxLayers}, {"num_attention_heads", c.Heads, MaxHeads},
+		{"head_dim", c.HeadDim, MaxHeadDim}, {"vocab_size", c.Vocab, MaxVocab},
+		{"max_position_embeddings", c.MaxPositions, MaxPositions}} {
+		if f.v > f.max {
+			return Config{}, fmt.Errorf("%s: field %s %d is above this runtime's limit of %d", name, f.field, f.v, f.max)
+		}
+	}
+	if c.HeadDim < 0 {
+		return Config{}, fmt.Errorf("%s: field head_dim must be positive, found %d", name, c.HeadDim)
+	}
 	if c.HeadDim == 0 {
 		if c.Hidden%c.Heads != 0 {
 			return Config{}, fmt.Errorf("%s: hidden_size %d is not divisible by num_attention_heads %d", name, c.Hidden, c.Heads)
 		}
 		c.HeadDim = c.Hidden / c.Heads
+	}
+	if c.Heads*c.HeadDim > MaxHidden {
+		return Config{}, fmt.Errorf("%s: num_attention_heads %d · head_dim %d is above this runtime's limit of %d", name, c.Heads, c.HeadDim, MaxHidden)
 	}
 	if c.HeadDim%2 != 0 {
 		return Config{}, fmt.Errorf("%s: head_dim %d must be even for RoPE", name, c.HeadDim)
@@ -167,6 +228,18 @@ func ParseConfig(name string, data []byte) (Config, error) {
 			c.RopeScaling = &rs
 		default:
 			return Config{}, fmt.Errorf("%s: rope_scaling type %q is not supported (supported: llama3)", name, rs.Type)
+		}
+	}
+	if h.UseSlidingWindow && h.SlidingWindow != nil {
+		mwl := 28 // Qwen2Config's default
+		if h.MaxWindowLayers != nil {
+			mwl = *h.MaxWindowLayers
+		}
+		switch w := *h.SlidingWindow; {
+		case w <= 0:
+			return Config{}, fmt.Errorf("%s: field sliding_window %d must be positive when use_sliding_window is true", name, w)
+		case mwl < c.Layers:
+			c.SlidingWindow = w
 		}
 	}
 	var err error

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
@@ -61,14 +62,17 @@ type buffers struct {
 // ErrContextFull is returned when a sequence would exceed the session's context.
 var ErrContextFull = errors.New("context length exceeded")
 
-// NewSession allocates a session with room for ctx positions (ctx ≤ 0 or
-// larger than max_position_embeddings: max_position_embeddings) computing on
-// pool. A KV cache costs 2·layers·ctx·kv_heads·head_dim·4 bytes.
+// NewSession allocates a session with room for ctx positions computing on
+// pool: ctx ≤ 0 gives min(Config.MaxContext, DefaultContext), and ctx above
+// MaxContext (max_position_embeddings, or a smaller sliding window) is
+// capped at it. A KV cache costs Config.KVBytes(ctx) =
+// 2·layers·ctx·kv_heads·head_dim·4 bytes, the RoPE tables ctx·head_dim·4.
 func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 	c := m.Config
-	if ctx <= 0 || ctx > c.MaxPositions {
-		ctx = c.MaxPositions
+	if ctx <= 0 {
+		ctx = min(c.MaxContext(), DefaultContext)
 	}
+	ctx = min(ctx, c.MaxContext())
 	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([][]float32, c.Layers), vcache: make([][]float32, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers)}
 	kvd := c.KVHeads * c.HeadDim
 	for i := range s.kcache {
@@ -163,7 +167,35 @@ func (s *Session) ensure(T int) {
 // slice is reused by the next call. Batches of more than one token are
 // computed as matrix-matrix products (prefill). Errors: empty input, a token
 // id outside [0, vocab), or ErrContextFull.
-func (s *Session) Forward(tokens []int, all bool) ([]float32, error) {
+//
+// A memory fault while reading the weights (the mapped file was truncated
+// or replaced underneath: SIGBUS), on this goroutine or a kernel worker, is
+// returned as an error naming the file (FaultError) instead of killing the
+// process.
+func (s *Session) Forward(tokens []int, all bool) (logits []float32, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if !kernels.IsFault(r) {
+				panic(r)
+			}
+			logits, err = nil, FaultError(s.m.Path, r)
+		}
+	}()
+	return s.forward(tokens, all)
+}
+
+// FaultError is the error for a memory fault r (kernels.IsFault) reading
+// the weights mapped from path.
+func FaultError(path string, r any) error {
+	var addr uintptr
+	if a, ok := r.(interface{ Addr() uintptr }); ok {
+		addr = a.Addr()
+	}
+	return fmt.Errorf("%s: file changed or was truncated while mapped (a read of its weights at address %#x faulted): copy it again (a .sinf file on a filesystem that cannot keep a mapping runs with --no-mmap, read into memory)", path, addr)
+}
+
+func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 	c := s.m.Config
 	T := len(tokens)
 	if T == 0 {

@@ -118,6 +118,9 @@ type Model struct {
 	Layers []Layer
 	Norm   []float32   // model.norm.weight [hidden]
 	LMHead kernels.Mat // lm_head.weight [vocab, hidden] (the embedding when tied)
+	// Path names where the weights are read from (the .sinf file or the
+	// HF folder), for errors; set by LoadFile and the HF loader.
+	Path string
 
 	invFreq []float64 // RoPE inverse frequencies [head_dim/2]
 
@@ -136,9 +139,38 @@ type LoadOptions struct {
 	Base map[int]int
 }
 
+// recorder is a Source that notes the names read through it; with check
+// set, mat does not copy unaligned data (the model is not kept).
+type recorder struct {
+	Source
+	used  map[string]bool
+	check bool
+}
+
+func (r *recorder) Tensor(name string) (format.Tensor, error) {
+	r.used[name] = true
+	return r.Source.Tensor(name)
+}
+
+// Check binds src as Load does, with every presence and shape check, but
+// keeps no model (nothing is copied), and returns the names of the tensors
+// a model of cfg reads: what a converter stores, and, with UnusedTensors,
+// what it reports.
+func Check(cfg Config, src Source, opt LoadOptions) (used map[string]bool, err error) {
+	r := &recorder{Source: src, used: map[string]bool{}, check: true}
+	if _, err := Load(cfg, r, opt); err != nil {
+		return nil, err
+	}
+	return r.used, nil
+}
+
 // Load binds the source's tensors to a Model of the given config. It checks
 // every tensor's presence and shape and returns an error naming the tensor,
-// the expected and the found shape.
+// the expected and the found shape. A tied model (tie_word_embeddings) uses
+// model.embed_tokens.weight as the output projection even when an
+// lm_head.weight is stored, as HF's tie_weights does; one storing only
+// lm_head.weight uses that for both (spec §6.1). The o_proj bias is read
+// for Llama with attention_bias only (HF Qwen2Attention has none).
 func Load(cfg Config, src Source, opt LoadOptions) (*Model, error) {
 	m := &Model{Config: cfg, Layers: make([]Layer, cfg.Layers), invFreq: cfg.RopeInvFreq(), norms: &rowNorms{}}
 	H, hd := cfg.Hidden, cfg.HeadDim
@@ -153,7 +185,7 @@ func Load(cfg Config, src Source, opt LoadOptions) (*Model, error) {
 	if m.Embed, err = mat(src, embedName, cfg.Vocab, H); err != nil {
 		return nil, err
 	}
-	if !src.Has(headName) && cfg.TieEmbeddings {
+	if cfg.TieEmbeddings {
 		headName = embedName
 	}
 	if m.LMHead, err = mat(src, headName, cfg.Vocab, H); err != nil {
@@ -191,7 +223,7 @@ func Load(cfg Config, src Source, opt LoadOptions) (*Model, error) {
 					return nil, err
 				}
 			}
-			if src.Has(p + "self_attn.o_proj.bias") {
+			if cfg.ModelType == "llama" && src.Has(p+"self_attn.o_proj.bias") {
 				if l.OBias, err = vec(src, p+"self_attn.o_proj.bias", H); err != nil {
 					return nil, err
 				}
@@ -258,6 +290,9 @@ func mat(src Source, name string, rows, cols int) (kernels.Mat, error) {
 	m, err := kernels.NewMat(t)
 	if err != nil {
 		return kernels.Mat{}, err
+	}
+	if r, ok := src.(*recorder); ok && r.check {
+		return m, nil
 	}
 	if !m.Aligned() {
 		// Safetensors does not align its data; copy rather than read unaligned.

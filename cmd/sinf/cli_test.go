@@ -284,7 +284,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"eval", "--model", "x", "--task", "tinystories", "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
 		{[]string{"eval", "--model", "x", "--task", "wikitext2", "--stride", "-1"}, "--stride -1: want ≥ 0 (0: the window less the BOS)"},
 		{[]string{"eval", "--model", "x", "--task", "wikitext2", "--window", "-2"}, "--window -2: want ≥ 0 (0: min(context, 256))"},
-		{[]string{"eval", "--model", "x", "--task", "tinystories", "--context", "-1"}, "--context -1: want ≥ 0 (0: the model's max_position_embeddings)"},
+		{[]string{"eval", "--model", "x", "--task", "tinystories", "--context", "-1"}, "--context -1: want ≥ 0 (0: the model's max_position_embeddings, at most 4096)"},
 		{[]string{"profile", "--model", "x", "--dataset", "tinystories", "--out", out, "--chunk-size", "-1"}, "--chunk-size -1: want ≥ 0 (0: no chunk files)"},
 		{[]string{"profile", "--model", "x", "--dataset", "tinystories", "--out", out, "--limit", "-1"}, "--limit -1: want ≥ 0 (0: all)"},
 		{[]string{"merge", "--print-top", "-1", "a.scores"}, "--print-top -1: want ≥ 0 (0: print nothing)"},

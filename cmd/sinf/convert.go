@@ -108,6 +108,9 @@ func convertCommand() *cli.Command {
 			for _, f := range rep.Fallbacks {
 				fmt.Fprintf(c.App.ErrWriter, "note: %s (as llama-quantize does)\n", f)
 			}
+			for _, f := range rep.Ignored {
+				fmt.Fprintf(c.App.ErrWriter, "note: not stored: %s\n", f)
+			}
 			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
 				rep.Path, human(rep.Bytes), human(rep.SourceBytes), 100*float64(rep.Bytes)/float64(rep.SourceBytes),
 				rep.First, rep.Last, rep.StoredParams, rep.OriginalParams)

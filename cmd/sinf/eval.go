@@ -30,7 +30,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "limit", Usage: "evaluate the first N examples (perplexity: N windows; 0: all)"},
 			dataDirFlag(),
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage},
-			&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
+			&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings, at most 4096)"},
 			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens generated at most (0: 32 for QA, 128 for translation and summarization)"},
 			&cli.IntFlag{Name: "window", Usage: "perplexity window in tokens, BOS included (0: min(context, 256))"},
 			&cli.IntFlag{Name: "stride", Usage: "perplexity stride in text tokens (0: the window less the BOS, no overlap)"},

@@ -121,7 +121,10 @@ func profileCommand() *cli.Command {
 			}
 			prompts := make([][]int, len(examples))
 			for i, ex := range examples {
-				prompts[i] = tok.Encode(ex.Prompt, tok.AddsBOS())
+				var err error
+				if prompts[i], err = tok.EncodeChecked(ex.Prompt, tok.AddsBOS()); err != nil {
+					return fmt.Errorf("dataset %s: prompt %q (%d): %w", c.String("dataset"), ex.ID, i, err)
+				}
 				if len(prompts[i]) == 0 {
 					return fmt.Errorf("dataset %s: prompt %q (%d) encodes to no tokens", c.String("dataset"), ex.ID, i)
 				}

@@ -46,6 +46,9 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 		ck.Close()
 		return nil, err
 	}
+	for _, f := range ck.Ignored {
+		fmt.Fprintf(os.Stderr, "note: %s: %s\n", path, f)
+	}
 	size := ck.WeightBytes()
 	return &runcmd.Loaded{Model: m, Tok: tok, Kind: "hf", Path: path, FileBytes: size, MappedBytes: size, Gen: gen, Close: ck.Close}, nil
 }
@@ -77,7 +80,10 @@ func tokenizeCommand() *cli.Command {
 				defer l.Close()
 				tok = l.Tok
 			}
-			ids := tok.Encode(c.String("text"), c.Bool("bos"))
+			ids, err := tok.EncodeChecked(c.String("text"), c.Bool("bos"))
+			if err != nil {
+				return err
+			}
 			if ids == nil {
 				ids = []int{}
 			}

@@ -49,7 +49,7 @@ func studyCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random-loading and γ=1 files"},
 			dataDirFlag(),
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage + "; per run"},
-			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings)"},
+			&cli.IntFlag{Name: "context", Usage: "KV cache positions per run (0: max_position_embeddings, at most 4096)"},
 			&cli.BoolFlag{Name: "no-sweeps", Usage: "only the table rows"},
 			&cli.BoolFlag{Name: "mass", Usage: "report the activation mass of every sparse run (sinf eval --mass: slower)"},
 			&cli.StringFlag{Name: "figures", Value: "svg", Usage: "format of the figures: svg, png or pdf"},

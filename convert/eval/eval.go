@@ -46,7 +46,7 @@ type Options struct {
 	// every kind at EOS.
 	MaxNewTokens int
 	Threads      int // kernel threads (≤ 0: kernels.DefaultThreads())
-	Context      int // KV cache positions (≤ 0: max_position_embeddings)
+	Context      int // KV cache positions (≤ 0: runtime.NewSession's default, min(max_position_embeddings, 4096))
 	// Window and Stride are the perplexity windows in tokens (see
 	// Evaluate); ≤ 0 selects the defaults.
 	Window, Stride int
@@ -220,7 +220,10 @@ func (e *evaluator) checkTemplate(reserve int) error {
 // encode returns the prompt's ids cut from the left to leave reserve
 // positions, and whether it was cut.
 func (e *evaluator) encode(ex dataset.Example, reserve int) ([]int, bool, error) {
-	ids := e.tok.Encode(ex.Prompt, e.bos >= 0)
+	ids, err := e.tok.EncodeChecked(ex.Prompt, e.bos >= 0)
+	if err != nil {
+		return nil, false, fmt.Errorf("task %s: example %s: %w", e.task.Name, ex.ID, err)
+	}
 	if len(ids) == 0 {
 		return nil, false, fmt.Errorf("task %s: example %s: the prompt encodes to no tokens", e.task.Name, ex.ID)
 	}

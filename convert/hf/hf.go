@@ -1,8 +1,8 @@
 // Package hf reads HuggingFace checkpoint folders: config.json,
 // generation_config.json, and model.safetensors or a sharded
 // model.safetensors.index.json. Tensor data is served zero-copy from
-// read-only memory maps of the safetensors files (github.com/nlpodyssey/safetensors
-// parses the headers). A Checkpoint implements runtime.Source.
+// read-only memory maps of the safetensors files (sthead checks the headers,
+// github.com/nlpodyssey/safetensors parses them). A Checkpoint implements runtime.Source.
 package hf
 
 import (
@@ -13,14 +13,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"unsafe"
 
 	"github.com/nlpodyssey/safetensors"
 	"golang.org/x/sys/unix"
 
+	"github.com/selectinfer/sinf/convert/sthead"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
@@ -30,6 +33,9 @@ type Checkpoint struct {
 	Config           runtime.Config
 	ConfigJSON       []byte // config.json as stored
 	GenerationConfig []byte // generation_config.json, nil when absent
+	// Ignored lists the stored tensors the model does not read, each with
+	// the reason (runtime.UnusedTensors); Validate fills it.
+	Ignored []string
 
 	files   []*stFile
 	tensors map[string]tensorRef
@@ -55,13 +61,13 @@ func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, tensors: map[string]tensorRef{}}
 	cfgPath := filepath.Join(dir, "config.json")
 	var err error
-	if c.ConfigJSON, err = os.ReadFile(cfgPath); err != nil {
+	if c.ConfigJSON, err = format.ReadRegularFile(cfgPath); err != nil {
 		return nil, err
 	}
 	if c.Config, err = runtime.ParseConfig(cfgPath, c.ConfigJSON); err != nil {
 		return nil, err
 	}
-	if g, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil {
+	if g, err := format.ReadRegularFile(filepath.Join(dir, "generation_config.json")); err == nil {
 		c.GenerationConfig = g
 	}
 	files, err := weightFiles(dir)
@@ -85,7 +91,7 @@ func Open(dir string) (*Checkpoint, error) {
 // model.safetensors.index.json, else model.safetensors.
 func weightFiles(dir string) ([]string, error) {
 	idxPath := filepath.Join(dir, "model.safetensors.index.json")
-	raw, err := os.ReadFile(idxPath)
+	raw, err := format.ReadRegularFile(idxPath)
 	if errors.Is(err, os.ErrNotExist) {
 		single := filepath.Join(dir, "model.safetensors")
 		if _, err := os.Stat(single); err != nil {
@@ -121,6 +127,9 @@ func weightFiles(dir string) ([]string, error) {
 }
 
 func (c *Checkpoint) mapFile(path string) error {
+	if err := format.CheckRegular(path); err != nil { // before os.Open, which blocks on a FIFO
+		return err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -139,6 +148,16 @@ func (c *Checkpoint) mapFile(path string) error {
 	}
 	sf := &stFile{path: path, data: data}
 	c.files = append(c.files, sf)
+	return c.addFile(sf)
+}
+
+// addFile parses the safetensors file sf (its data read or mapped) and adds
+// its tensors to c.
+func (c *Checkpoint) addFile(sf *stFile) (err error) {
+	path, data := sf.path, sf.data
+	if err := sthead.Check(path, data); err != nil {
+		return err
+	}
 	if sf.st, err = safetensors.Deserialize(data); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -246,10 +265,32 @@ func (c *Checkpoint) Close() error {
 	return first
 }
 
-// Load opens dir and binds its weights to a runtime.Model (all layers whole).
-func Load(dir string) (*Checkpoint, *runtime.Model, error) {
+// Validate checks the whole model a runtime loads from the checkpoint (every
+// tensor's presence, shape and dtype: runtime.Check) and that every stored
+// tensor is either read or harmless to ignore (runtime.UnusedTensors, whose
+// reasons it keeps in c.Ignored). It returns the names the model reads.
+// Errors name the folder and the tensor.
+func (c *Checkpoint) Validate() (used map[string]bool, err error) {
+	if used, err = runtime.Check(c.Config, c, runtime.LoadOptions{}); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	if c.Ignored, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	return used, nil
+}
+
+// Load opens dir, validates it (Validate; the ignored tensors are in the
+// checkpoint's Ignored) and binds its weights to a runtime.Model (all layers
+// whole).
+func Load(dir string) (_ *Checkpoint, _ *runtime.Model, err error) {
+	defer CatchFault(dir, &err)()
 	c, err := Open(dir)
 	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := c.Validate(); err != nil {
+		c.Close()
 		return nil, nil, err
 	}
 	m, err := runtime.Load(c.Config, c, runtime.LoadOptions{})
@@ -257,7 +298,27 @@ func Load(dir string) (*Checkpoint, *runtime.Model, error) {
 		c.Close()
 		return nil, nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	m.Path = dir
 	return c, m, nil
+}
+
+// CatchFault, deferred with SetPanicOnFault in effect, turns a memory
+// fault reading a mapped weight file of the checkpoint in dir (a file
+// truncated or replaced while open: SIGBUS) into *err, naming the folder,
+// instead of a fatal goroutine dump. It sets SetPanicOnFault for the rest of
+// the calling function's goroutine work itself: call it first, as
+// defer hf.CatchFault(dir, &err)().
+func CatchFault(dir string, err *error) func() {
+	old := debug.SetPanicOnFault(true)
+	return func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if !kernels.IsFault(r) {
+				panic(r)
+			}
+			*err = runtime.FaultError(dir, r)
+		}
+	}
 }
 
 // LoadModel is Load plus the folder's tokenizer (tokenizer.json and

@@ -67,7 +67,7 @@ type Options struct {
 	MaxNewTokens int // greedy tokens generated (and fed back) after each prompt
 	Workers      int // prompts profiled at once, each with its own session (≤ 0: 1)
 	Threads      int // kernel threads per worker (≤ 0: kernels.DefaultThreads() / Workers, at least 1)
-	Context      int // KV cache positions (≤ 0: max_position_embeddings)
+	Context      int // KV cache positions (≤ 0: min(Config.MaxContext, runtime.DefaultContext); capped at MaxContext)
 	BOS          int // kept as the first token when a prompt is cut (-1: none)
 	// Progress, when set, is called after each prompt with the prompts and
 	// tokens done so far (from one goroutine at a time).
@@ -117,9 +117,10 @@ func Run(m *runtime.Model, prompts [][]int, opt Options) (*Result, error) {
 	workers = min(workers, len(prompts))
 	c := m.Config
 	ctx := opt.Context
-	if ctx <= 0 || ctx > c.MaxPositions {
-		ctx = c.MaxPositions
+	if ctx <= 0 {
+		ctx = min(c.MaxContext(), runtime.DefaultContext)
 	}
+	ctx = min(ctx, c.MaxContext())
 	if opt.MaxNewTokens < 0 || opt.MaxNewTokens >= ctx {
 		return nil, fmt.Errorf("profile: max new tokens %d must be in [0, context %d)", opt.MaxNewTokens, ctx)
 	}

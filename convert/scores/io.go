@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/selectinfer/sinf/convert/sthead"
 	"github.com/selectinfer/sinf/format"
 	"io"
 	"math"
@@ -144,6 +145,14 @@ func Read(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
+	}
+	return readBytes(path, data)
+}
+
+// readBytes is Read of a file's bytes; path labels errors.
+func readBytes(path string, data []byte) (*File, error) {
+	if err := sthead.Check(path, data); err != nil { // another format, truncation, a repeated tensor name
+		return nil, notSafetensors{err}
 	}
 	_, md, err := safetensors.ReadMetadata(data)
 	if err != nil {
@@ -305,3 +314,9 @@ func decode(meta map[string]string, tensor func(string) (safetensors.TensorView,
 	}
 	return f, nil
 }
+
+// notSafetensors is sthead.Check's error as one of ErrNotSafetensors.
+type notSafetensors struct{ err error }
+
+func (e notSafetensors) Error() string   { return e.err.Error() }
+func (e notSafetensors) Unwrap() []error { return []error{e.err, ErrNotSafetensors} }

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 )
@@ -41,6 +42,9 @@ type Pool struct {
 	// finished has one slot: the worker that finishes a call's last chunk
 	// wakes the caller through it.
 	finished chan struct{}
+	// fault holds the first memory fault (a panic value with an Addr
+	// method) a chunk of the current call hit; the caller re-panics with it.
+	fault atomic.Pointer[any]
 	// testLastDone, when set (tests only, before the first call), runs in the
 	// worker that finishes a call's last chunk, between its count-down and
 	// its wake-up.
@@ -171,8 +175,12 @@ func NewPool(n int) *Pool {
 	return p
 }
 
-// worker i runs chunks of each call whose generation it sees.
+// worker i runs chunks of each call whose generation it sees. A fault on
+// a page of the weights (a mapped file truncated under the process) panics
+// instead of killing the process (debug.SetPanicOnFault), and doChunk hands
+// it to the caller.
 func (p *Pool) worker(i int) {
+	debug.SetPanicOnFault(true)
 	s := p.scratch[i+1]
 	var seen uint64
 	fresh := func() bool { return p.state.Load()>>genShift != seen }
@@ -223,7 +231,7 @@ func (p *Pool) work(gen uint64, s *scratch, caller bool) (ran int) {
 		// Claimed: until this chunk is counted done, the caller keeps the
 		// call (cur, chunk, units, parts) as it published it.
 		lo := c * p.chunk
-		p.cur.do(lo, min(lo+p.chunk, p.units), s, c)
+		p.doChunk(lo, min(lo+p.chunk, p.units), s, c)
 		ran++
 		if int(p.done.Add(1)) == total && !caller {
 			if p.testLastDone != nil {
@@ -234,6 +242,40 @@ func (p *Pool) work(gen uint64, s *scratch, caller bool) (ran int) {
 			}
 		}
 	}
+}
+
+// doChunk runs one chunk of the current call. A memory fault in it is kept
+// in p.fault (the first of the call) and the chunk counts as done, so the
+// call ends and run re-panics with the fault on the caller's goroutine,
+// where Session.Forward turns it into an error. Any other panic goes on.
+// One deferred recover per chunk (a few per thread and call) costs nothing
+// measurable; per row it would.
+func (p *Pool) doChunk(lo, hi int, s *scratch, c int) {
+	defer p.keepFault()
+	p.cur.do(lo, hi, s, c)
+}
+
+// keepFault is doChunk's deferred recover (a method, so that the call
+// allocates nothing when there is no panic).
+func (p *Pool) keepFault() {
+	if r := recover(); r != nil {
+		if !IsFault(r) {
+			panic(r)
+		}
+		p.storeFault(r)
+	}
+}
+
+// storeFault keeps r as the call's fault unless one is kept already.
+func (p *Pool) storeFault(r any) { p.fault.CompareAndSwap(nil, &r) }
+
+// IsFault reports whether a recovered panic value is a memory fault: the
+// runtime.Error of a goroutine with debug.SetPanicOnFault set, which has an
+// Addr method (for example SIGBUS on a page of a file truncated while
+// mapped).
+func IsFault(r any) bool {
+	_, ok := r.(interface{ Addr() uintptr })
+	return ok
 }
 
 // Threads returns the number of threads, the caller included.
@@ -312,6 +354,9 @@ func (p *Pool) run(j job, n int) (parts int) {
 			break
 		}
 		<-p.finished
+	}
+	if p.fault.Load() != nil { // a read: the workers poll the cache lines nearby
+		panic(*p.fault.Swap(nil))
 	}
 	return total
 }

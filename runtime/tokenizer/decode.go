@@ -207,7 +207,7 @@ func (st *decodeStep) apply(t string, i int) string {
 		if st.literal != "" {
 			return strings.ReplaceAll(t, st.literal, st.content)
 		}
-		return replaceAll(st.match, t, st.content)
+		return replaceOrKeep(st.match, t, st.content)
 	case stepStrip:
 		rs := []rune(t)
 		lo := 0
@@ -530,4 +530,20 @@ func (tail *textTail) replace(st *decodeStep, chunk string, final bool) string {
 		}
 	}
 	return strings.ReplaceAll(s, st.literal, st.content)
+}
+
+// replaceOrKeep is replaceAll for a decoder step: a regex that runs past its
+// time bound on the token's text (one that passed the load-time probes of
+// compileFileRegex) leaves the text as it is, since decoding has no error
+// to return.
+func replaceOrKeep(m matcher, t, content string) (out string) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(regexTimedOut); !ok {
+				panic(r)
+			}
+			out = t
+		}
+	}()
+	return replaceAll(m, t, content)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -73,12 +74,65 @@ func isNull(raw json.RawMessage) bool {
 	return len(s) == 0 || string(s) == "null"
 }
 
-// compileRegex compiles a tokenizer.json regex with regexp2 in its default
-// (.NET-like, backtracking) syntax, which has look-ahead, \p{..} classes and
-// inline (?i:..) groups like the Oniguruma engine HF uses. The backtracking
-// stack is unbounded so long inputs never fail to match.
+// compileRegex compiles a regex with regexp2 in its default (.NET-like,
+// backtracking) syntax, which has look-ahead, \p{..} classes and inline
+// (?i:..) groups like the Oniguruma engine HF uses. The backtracking stack is
+// unbounded so long inputs never fail to match; instead each search for the
+// next match runs for at most regexTimeout (findAll then stops the encoding
+// with an error naming the pattern).
 func compileRegex(expr string) (*regexp2.Regexp, error) {
-	return regexp2.Compile(expr, regexp2.None, regexp2.OptionMaxBacktrackingStackSize(-1))
+	re, err := regexp2.Compile(expr, regexp2.None, regexp2.OptionMaxBacktrackingStackSize(-1))
+	if err != nil {
+		return nil, err
+	}
+	re.MatchTimeout = regexTimeout
+	return re, nil
+}
+
+// regexTimeout bounds each search of a tokenizer regex for its next match
+// (regexp2's MatchTimeout). Sane patterns take microseconds per match.
+var regexTimeout = time.Second
+
+// probeTimeout bounds each probe of compileFileRegex.
+var probeTimeout = 100 * time.Millisecond
+
+// regexProbes are inputs on which a pattern that backtracks exponentially
+// (such as (a+)+$) runs for seconds to years: 28 repeats of a character of
+// each common class, then one that ends a match attempt.
+var regexProbes = func() []string {
+	var ps []string
+	for _, unit := range []string{"a", "A", "aA", "0", " ", "\n", "\t", "é", "_", "-", ".", "a ", "ab", "a0"} {
+		for _, end := range []string{"!", "\x00"} {
+			ps = append(ps, strings.Repeat(unit, 28)+end)
+		}
+	}
+	return ps
+}()
+
+// compileFileRegex compiles a regex read from a file (a Split or Replace
+// pattern) and rejects one that backtracks catastrophically on a probe
+// (regexProbes, each bounded by probeTimeout), before it can hang an
+// encoding.
+func compileFileRegex(expr string) (*regexp2.Regexp, error) {
+	re, err := compileRegex(expr)
+	if err != nil {
+		return nil, err
+	}
+	re.MatchTimeout = probeTimeout
+	for _, p := range regexProbes {
+		if _, err := re.FindAllStringIndex(p, -1); err != nil {
+			return nil, fmt.Errorf("pattern %q backtracks catastrophically: matching %q ran past %v (it would hang encoding); refused", expr, p, probeTimeout)
+		}
+	}
+	re.MatchTimeout = regexTimeout
+	return re, nil
+}
+
+// regexTimedOut is the panic value of findAll when a search runs past
+// regexTimeout; Tokenizer.EncodeChecked recovers it into an *Error.
+type regexTimedOut struct {
+	field, expr string
+	n           int // bytes of the piece searched
 }
 
 // matcher returns the byte offsets of the matches of a pattern in s.
@@ -110,22 +164,23 @@ func compilePattern(raw json.RawMessage, field string) (matcher, error) {
 			}
 		}, nil
 	case p.Regex != nil:
-		re, err := compileRegex(*p.Regex)
+		re, err := compileFileRegex(*p.Regex)
 		if err != nil {
 			return nil, errf(field+".Regex", "%v", err)
 		}
-		return func(s string) [][]int { return findAll(re, s) }, nil
+		return func(s string) [][]int { return findAll(re, field+".Regex", s) }, nil
 	}
 	return nil, errf(field, "want {\"String\": ...} or {\"Regex\": ...}")
 }
 
 // findAll returns the byte offsets of all leftmost-first matches of re in s.
-// A regexp2 failure (it has no time-out and an unbounded stack here, so none
-// is expected) counts as no match, so encoding never fails.
-func findAll(re *regexp2.Regexp, s string) [][]int {
+// A search that runs past re's MatchTimeout (the only regexp2 failure here:
+// the stack is unbounded) panics with a regexTimedOut naming field, which
+// EncodeChecked turns into an error.
+func findAll(re *regexp2.Regexp, field, s string) [][]int {
 	m, err := re.FindAllStringIndex(s, -1)
 	if err != nil {
-		return nil
+		panic(regexTimedOut{field: field, expr: re.String(), n: len(s)})
 	}
 	return m
 }
@@ -464,7 +519,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 				}
 				n := len(out)
 				if re != nil {
-					out = splitByMatches(pc, findAll(re, pc.text), splitIsolated, false, out)
+					out = splitByMatches(pc, findAll(re, field, pc.text), splitIsolated, false, out)
 				} else if pc.text != "" {
 					out = append(out, pc)
 				}

@@ -34,6 +34,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // Error is a problem with a tokenizer file: which tokenizer, which file,
@@ -90,11 +92,11 @@ type Tokenizer struct {
 
 // Load reads dir/tokenizer.json and, when present, dir/tokenizer_config.json.
 func Load(dir string) (*Tokenizer, error) {
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	tj, err := format.ReadRegularFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	cj, err := format.ReadRegularFile(filepath.Join(dir, "tokenizer_config.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		cj = nil
 	} else if err != nil {
@@ -405,8 +407,34 @@ func (t *Tokenizer) tokenID(s string) (int, bool) {
 // Encode returns the token ids of text (HF Tokenizer::encode with
 // add_special_tokens=false), preceded by the BOS id when addBOS is true and
 // the tokenizer has one. Added tokens written in the text, special or not,
-// become their ids.
+// become their ids. Where a regex of the file runs past its time bound on
+// the text, Encode returns nil: commands encoding a user's text call
+// EncodeChecked, which says so.
 func (t *Tokenizer) Encode(text string, addBOS bool) []int {
+	ids, _ := t.EncodeChecked(text, addBOS)
+	return ids
+}
+
+// EncodeChecked is Encode with an error: a Split pre-tokenizer or Replace
+// normalizer regex of tokenizer.json whose search for a match in this text
+// ran past its time bound (one second per search; patterns that backtrack
+// catastrophically on simple inputs are refused when the file is read) is
+// an *Error naming the tokenizer, the file, the field and the pattern.
+func (t *Tokenizer) EncodeChecked(text string, addBOS bool) (ids []int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			rt, ok := r.(regexTimedOut)
+			if !ok {
+				panic(r)
+			}
+			ids, err = nil, &Error{Name: t.name, File: "tokenizer.json", Field: rt.field,
+				Msg: fmt.Sprintf("pattern %q ran past its time bound of %v on a piece of %d bytes; the text is not encoded", rt.expr, regexTimeout, rt.n)}
+		}
+	}()
+	return t.encode(text, addBOS), nil
+}
+
+func (t *Tokenizer) encode(text string, addBOS bool) []int {
 	if !utf8.ValidString(text) {
 		text, _ = lossyUTF8([]byte(text), true)
 	}

@@ -49,10 +49,16 @@ type Opener func(path string, verify bool) (*Loaded, error)
 // OpenSinf maps a .sinf file, optionally verifies every checksum, and builds
 // the model and its embedded tokenizer.
 func OpenSinf(path string, verify bool) (*Loaded, error) {
+	return OpenSinfWith(path, runtime.OpenOptions{Verify: verify})
+}
+
+// OpenSinfWith is OpenSinf with runtime.OpenOptions (--no-mmap reads the
+// file into memory: MappedBytes 0).
+func OpenSinfWith(path string, o runtime.OpenOptions) (*Loaded, error) {
 	if err := NotFolder(path); err != nil {
 		return nil, err
 	}
-	m, tok, f, err := runtime.Open(path, verify)
+	m, tok, f, err := runtime.OpenFile(path, o)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +68,11 @@ func OpenSinf(path string, verify bool) (*Loaded, error) {
 		f.Close()
 		return nil, err
 	}
-	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: f.Size(), Meta: &meta, Gen: gen, Close: f.Close}, nil
+	mapped := f.Size()
+	if o.NoMmap {
+		mapped = 0
+	}
+	return &Loaded{Model: m, Tok: tok, Kind: "sinf", Path: path, FileBytes: f.Size(), MappedBytes: mapped, Meta: &meta, Gen: gen, Close: f.Close}, nil
 }
 
 // NotFolder refuses a folder where a .sinf file is expected, naming an HF
@@ -92,9 +102,10 @@ func Flags() []cli.Flag {
 		&cli.IntFlag{Name: "threads", Usage: ThreadsUsage},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
-		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: the model's max_position_embeddings)"},
+		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: what the run needs, the prompt's tokens + --max-tokens, at most the model's max_position_embeddings or sliding window)"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
-		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running"},
+		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running (without it, a .sinf file is checked on its first open only: the files that passed are remembered by identity in $SINF_VERIFY_CACHE, else ~/.cache/sinf/verified)"},
+		&cli.BoolFlag{Name: "no-mmap", Usage: "read the .sinf file into memory instead of mapping it (for network or FUSE filesystems, or a file that may change while running)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
 	}...)
 }
@@ -154,7 +165,7 @@ type DeviceInfo struct {
 // DeviceOptions configure a backend.
 type DeviceOptions struct {
 	Threads int  // CPU kernel threads (0: kernels.DefaultThreads)
-	Context int  // KV cache positions (0: max_position_embeddings)
+	Context int  // KV cache positions (0: runtime.NewSession's default)
 	Mapped  bool // cuda: use the registered mapped file on a discrete GPU too
 }
 
@@ -208,7 +219,7 @@ func Action(open Opener) cli.ActionFunc {
 		if err := checkFlags(c); err != nil {
 			return err
 		}
-		l, err := open(c.String("model"), c.Bool("verify"))
+		l, err := openRun(c, open)
 		if err != nil {
 			return err
 		}
@@ -220,17 +231,24 @@ func Action(open Opener) cli.ActionFunc {
 		if err != nil {
 			return err
 		}
-		s, info, err := NewGenerator(c.String("device"), l, DeviceOptions{Threads: c.Int("threads"), Context: c.Int("context"), Mapped: c.Bool("mapped")})
+		ids, err := l.Tok.EncodeChecked(prompt, l.Tok.AddsBOS() && !c.Bool("no-bos"))
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return errors.New("the prompt encodes to no tokens")
+		}
+		ctx, err := RunContext(l.Model.Config, c.Int("context"), len(ids), c.Int("max-tokens"))
+		if err != nil {
+			return err
+		}
+		s, info, err := NewGenerator(c.String("device"), l, DeviceOptions{Threads: c.Int("threads"), Context: ctx, Mapped: c.Bool("mapped")})
 		if err != nil {
 			return err
 		}
 		defer s.Close()
-		ids := l.Tok.Encode(prompt, l.Tok.AddsBOS() && !c.Bool("no-bos"))
-		if len(ids) == 0 {
-			return errors.New("the prompt encodes to no tokens")
-		}
 		if len(ids) >= s.Context() {
-			return fmt.Errorf("the prompt is %d tokens, the context %d: shorten it (or raise --context up to max_position_embeddings %d)", len(ids), s.Context(), l.Model.Config.MaxPositions)
+			return fmt.Errorf("the prompt is %d tokens, the context %d: shorten it (or raise --context up to %s)", len(ids), s.Context(), maxContextName(l.Model.Config))
 		}
 		eos := l.EOS()
 		sam := SamplingFlags(c, l.Gen.Sampling())
@@ -301,6 +319,23 @@ func SamplingFlags(c *cli.Context, def runtime.SamplingParams) runtime.SamplingP
 	return def
 }
 
+// openRun opens --model: a .sinf file with its checksums verified on its
+// first open (runtime.DefaultVerifyCache remembers the files that passed;
+// --verify checks every time) and, with --no-mmap, read into memory; a
+// folder with open (an HF checkpoint, always mapped, so --no-mmap is refused
+// there).
+func openRun(c *cli.Context, open Opener) (*Loaded, error) {
+	path := c.String("model")
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		if c.Bool("no-mmap") && err == nil && fi.IsDir() {
+			return nil, fmt.Errorf("--no-mmap: %s is a folder; it reads a .sinf file into memory (an HF checkpoint is always mapped)", path)
+		}
+		return open(path, c.Bool("verify"))
+	}
+	return OpenSinfWith(path, runtime.OpenOptions{Verify: c.Bool("verify"), NoMmap: c.Bool("no-mmap"), Cache: runtime.DefaultVerifyCache()})
+}
+
 // Sparsity reads --mode, --phi and --alpha and validates them against m.
 // Without --mode, a model with a sliced layer that drops neurons runs
 // selectinfer; any other runs dense, and a file whose sliced layers keep
@@ -334,8 +369,9 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	return sp, nil
 }
 
-// ContextZero says what --context 0 means in run, sinf-run, eval and study.
-const ContextZero = "0: the model's max_position_embeddings"
+// ContextZero says what --context 0 means in eval and study (run and
+// sinf-run size the KV cache for the run: RunContext).
+const ContextZero = "0: the model's max_position_embeddings, at most 4096"
 
 // CheckContext refuses a --context above the model's max_position_embeddings
 // (positions the model was not trained for; the session would otherwise
@@ -356,7 +392,7 @@ func checkFlags(c *cli.Context) error {
 	case c.Int("max-tokens") < 0:
 		return fmt.Errorf("--max-tokens %d: want ≥ 0", c.Int("max-tokens"))
 	case c.Int("context") < 0:
-		return fmt.Errorf("--context %d: want ≥ 0 (%s)", c.Int("context"), ContextZero)
+		return fmt.Errorf("--context %d: want ≥ 0 (0: what the run needs)", c.Int("context"))
 	case !(c.Float64("temperature") >= 0):
 		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", c.Float64("temperature"))
 	case c.Int("top-k") < 0:
@@ -367,6 +403,34 @@ func checkFlags(c *cli.Context) error {
 		return fmt.Errorf("unexpected arguments %q (the prompt goes in --prompt)", c.Args().Slice())
 	}
 	return nil
+}
+
+// RunContext returns the KV cache positions of a run of a prompt of prompt
+// tokens generating up to maxTokens: flag when given (> 0), else what the
+// run needs, prompt + maxTokens; at most the model's MaxContext. A flag above
+// that is an error naming the limit, not a silent cap, and so is a prompt
+// that does not fit with room to generate.
+func RunContext(cfg runtime.Config, flag, prompt, maxTokens int) (int, error) {
+	most := cfg.MaxContext()
+	if flag > most {
+		return 0, fmt.Errorf("--context %d: above the model's context (%s)", flag, maxContextName(cfg))
+	}
+	if flag > 0 {
+		return flag, nil
+	}
+	need := prompt + max(maxTokens, 1)
+	if prompt >= most {
+		return 0, fmt.Errorf("the prompt is %d tokens and leaves no room in the model's context (%s): shorten it", prompt, maxContextName(cfg))
+	}
+	return min(need, most), nil
+}
+
+// maxContextName names the longest context of cfg with its source.
+func maxContextName(cfg runtime.Config) string {
+	if cfg.MaxContext() < cfg.MaxPositions {
+		return fmt.Sprintf("sliding_window %d, from config.json's use_sliding_window: sinf computes full attention, which equals sliding-window attention only within the window", cfg.MaxContext())
+	}
+	return fmt.Sprintf("max_position_embeddings %d", cfg.MaxPositions)
 }
 
 func promptText(c *cli.Context) (string, error) {

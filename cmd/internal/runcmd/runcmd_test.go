@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -17,6 +19,8 @@ import (
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 // slimFile converts tinystories-656k at γ=0.7, δ=0.3 (random selection) over
@@ -149,4 +153,167 @@ func TestFullFileRunsDense(t *testing.T) {
 	require.Equal(t, "selectinfer", r.Mode)
 	require.Equal(t, []int{154, 154}, r.ComputedNeurons)
 	require.Empty(t, stderr)
+}
+
+// TestRunContext (issue 16 items 4, 9): the KV cache of a run is what it
+// needs (prompt + --max-tokens), at most the model's maximum; a --context
+// above the maximum, or a prompt that does not fit, is refused naming the
+// limit (a sliding window names itself).
+func TestRunContext(t *testing.T) {
+	cfg := runtime.Config{MaxPositions: 512}
+	for _, c := range []struct {
+		flag, prompt, maxTokens, want int
+		err                           string
+	}{
+		{0, 6, 128, 134, ""},
+		{0, 6, 0, 7, ""},
+		{0, 6, 10000, 512, ""},
+		{300, 6, 10000, 300, ""},
+		{513, 6, 8, 0, "--context 513: above the model's context (max_position_embeddings 512)"},
+		{0, 512, 8, 0, "the prompt is 512 tokens and leaves no room in the model's context (max_position_embeddings 512): shorten it"},
+	} {
+		got, err := runcmd.RunContext(cfg, c.flag, c.prompt, c.maxTokens)
+		if c.err != "" {
+			require.EqualError(t, err, c.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, c.want, got)
+	}
+	cfg.SlidingWindow = 16
+	_, err := runcmd.RunContext(cfg, 0, 20, 8)
+	require.EqualError(t, err, "the prompt is 20 tokens and leaves no room in the model's context (sliding_window 16, from config.json's use_sliding_window: sinf computes full attention, which equals sliding-window attention only within the window): shorten it")
+	got, err := runcmd.RunContext(cfg, 0, 10, 8)
+	require.NoError(t, err)
+	require.Equal(t, 16, got)
+}
+
+// TestRunRefusesHugeMaxPositions (issue 16 item 4): a config.json with
+// max_position_embeddings 2147483647 is refused with the field named, not
+// an out-of-memory crash.
+func TestRunRefusesHugeMaxPositions(t *testing.T) {
+	file := slimFile(t)
+	f, err := format.Open(file)
+	require.NoError(t, err)
+	meta := f.Metadata()
+	f.Close()
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(meta.Config, &cfg))
+	cfg["max_position_embeddings"] = 2147483647
+	meta.Config, _ = json.Marshal(cfg)
+	out := filepath.Join(t.TempDir(), "huge.sinf")
+	rewriteMeta(t, file, out, meta)
+	_, _, err = run("--model", out, "--prompt", "Once upon a time", "--max-tokens", "4", "--threads", "1")
+	require.EqualError(t, err, out+": metadata field config: field max_position_embeddings 2147483647 is above this runtime's limit of 16777216")
+}
+
+// rewriteMeta writes src's tensors to out under the metadata meta.
+func rewriteMeta(t *testing.T, src, out string, meta format.Metadata) {
+	t.Helper()
+	f, err := format.Open(src)
+	require.NoError(t, err)
+	defer f.Close()
+	w, err := format.Create(out, meta, 0)
+	require.NoError(t, err)
+	for _, ti := range f.Tensors() {
+		tt, err := f.Tensor(ti.Name)
+		require.NoError(t, err)
+		require.NoError(t, w.AddTensor(tt.Name, tt.DType, tt.Shape, tt.Data))
+	}
+	require.NoError(t, w.Close())
+}
+
+// TestTruncatedWhileMapped (issue 16 item 3): a .sinf file truncated while
+// a run has it mapped gives an error naming the file (the read of a page
+// past the new end is a SIGBUS, which killed the process with a goroutine
+// dump), on the calling goroutine and on the kernel workers alike; Verify
+// says the same; with --no-mmap the file is in memory and the run does not
+// notice.
+func TestTruncatedWhileMapped(t *testing.T) {
+	file := slimFile(t)
+	want := func() []int {
+		m, _, f, err := runtime.OpenFile(file, runtime.OpenOptions{})
+		require.NoError(t, err)
+		defer f.Close()
+		p := kernels.NewPool(2)
+		defer p.Close()
+		res, err := m.NewSession(p, 64).Generate([]int{1, 80, 147}, runtime.GenerateOptions{MaxTokens: 4})
+		require.NoError(t, err)
+		return res.IDs
+	}()
+	fault := `^` + regexp.QuoteMeta(file) + `: file changed or was truncated while mapped \(a read of its weights at address 0x[0-9a-f]+ faulted\): copy it again \(a \.sinf file on a filesystem that cannot keep a mapping runs with --no-mmap, read into memory\)$`
+	for _, threads := range []int{1, 2} {
+		m, _, f, err := runtime.OpenFile(file, runtime.OpenOptions{})
+		require.NoError(t, err)
+		inMem, _, fm, err := runtime.OpenFile(file, runtime.OpenOptions{NoMmap: true})
+		require.NoError(t, err)
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		require.NoError(t, os.Truncate(file, format.HeaderSize))
+		p := kernels.NewPool(threads)
+		_, err = m.NewSession(p, 64).Generate([]int{1, 80, 147}, runtime.GenerateOptions{MaxTokens: 4})
+		require.Error(t, err)
+		require.Regexp(t, fault, err.Error(), "threads %d", threads)
+		err = f.Verify()
+		require.Error(t, err)
+		require.Regexp(t, `^`+regexp.QuoteMeta(file)+`: file changed or was truncated while mapped \(a read at address 0x[0-9a-f]+ faulted\)$`, err.Error())
+		res, err := inMem.NewSession(p, 64).Generate([]int{1, 80, 147}, runtime.GenerateOptions{MaxTokens: 4})
+		require.NoError(t, err)
+		require.Equal(t, want, res.IDs)
+		p.Close()
+		f.Close()
+		fm.Close()
+		require.NoError(t, os.WriteFile(file, b, 0o644))
+	}
+	// --no-mmap through the command: MappedBytes 0, the same tokens.
+	out, _, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "4", "--json", "--no-mmap", "--threads", "1")
+	require.NoError(t, err)
+	var r runcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Zero(t, r.MappedBytes)
+	require.Len(t, r.IDs, 4)
+}
+
+// TestVerifyOnFirstOpen (issue 16 item 15): a .sinf file whose tensor data
+// was damaged (after copying to the device) is refused on its first run
+// without --verify, naming the tensor; a file that passed is remembered by
+// identity and not checked again, until it is rewritten.
+func TestVerifyOnFirstOpen(t *testing.T) {
+	cache := runtime.VerifyCache{Path: filepath.Join(t.TempDir(), "verified")}
+	t.Setenv("SINF_VERIFY_CACHE", cache.Path)
+	file := slimFile(t)
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	f, err := format.Open(file)
+	require.NoError(t, err)
+	info, _ := f.Info("model.layers.1.mlp.up_proj.weight")
+	f.Close()
+	corrupt := filepath.Join(t.TempDir(), "copied.sinf")
+	cb := append([]byte(nil), b...)
+	cb[info.Offset+5] ^= 0xff
+	require.NoError(t, os.WriteFile(corrupt, cb, 0o644))
+
+	_, _, err = run("--model", corrupt, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.EqualError(t, err, fmt.Sprintf(`%s: tensor "model.layers.1.mlp.up_proj.weight" data at offset %d: checksum 0x%08x does not match stored 0x%08x: the data is corrupt`,
+		corrupt, info.Offset, format.Checksum(cb[info.Offset:info.Offset+info.Length]), info.CRC32C))
+	require.False(t, cache.Verified(corrupt))
+
+	require.False(t, cache.Verified(file))
+	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.NoError(t, err)
+	require.True(t, cache.Verified(file), "a file that passed is remembered")
+	lines, err := os.ReadFile(cache.Path)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(lines), "\n"))
+	// The same run again adds nothing; a rewrite of the file (a new copy)
+	// is a new identity, checked again.
+	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.NoError(t, err)
+	lines2, _ := os.ReadFile(cache.Path)
+	require.Equal(t, string(lines), string(lines2))
+	require.NoError(t, os.Remove(file))
+	require.NoError(t, os.WriteFile(file, cb, 0o644))
+	require.False(t, cache.Verified(file))
+	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
+	require.ErrorContains(t, err, `tensor "model.layers.1.mlp.up_proj.weight" data`)
 }

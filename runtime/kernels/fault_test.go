@@ -1,0 +1,59 @@
+//go:build unix
+
+package kernels
+
+import (
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+// TestPoolFault (issue 16 item 3): a kernel call over weights whose mapped
+// pages have gone (the file was truncated) re-panics on the caller with the
+// memory fault, whichever thread read the page, and the pool keeps working;
+// the process is not killed (a fault on a worker without the recover would
+// be a fatal SIGBUS). The caller runs with SetPanicOnFault, as
+// runtime.Session.Forward does.
+func TestPoolFault(t *testing.T) {
+	const rows, cols = 512, 256
+	path := filepath.Join(t.TempDir(), "w")
+	require.NoError(t, os.WriteFile(path, make([]byte, rows*cols*4), 0o644))
+	fd, err := os.Open(path)
+	require.NoError(t, err)
+	data, err := unix.Mmap(int(fd.Fd()), 0, rows*cols*4, unix.PROT_READ, unix.MAP_SHARED)
+	fd.Close()
+	require.NoError(t, err)
+	defer unix.Munmap(data)
+	require.NoError(t, os.Truncate(path, 0))
+	w, err := NewMat(format.Tensor{Name: "w", DType: format.F32, Shape: []int{rows, cols}, Data: data})
+	require.NoError(t, err)
+	good, err := NewMat(format.Tensor{Name: "g", DType: format.F32, Shape: []int{rows, cols}, Data: make([]byte, rows*cols*4)})
+	require.NoError(t, err)
+	p := NewPool(2)
+	defer p.Close()
+	x, dst := make([]float32, cols), make([]float32, rows)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	call := func() (r any) {
+		defer func() { r = recover() }()
+		MatVec(p, dst, w, x)
+		return nil
+	}
+	var workerChunks uint64 // chunks of the faulting calls that the worker ran
+	// Until the worker has run a chunk of a faulting call (the caller may
+	// take them all while the worker is not scheduled), 50 calls at least.
+	for i := 0; i < 50 || workerChunks == 0 && i < 100000; i++ {
+		before := p.Stats()
+		r := call()
+		after := p.Stats()
+		workerChunks += (after.Chunks - before.Chunks) - (after.CallerChunks - before.CallerChunks)
+		require.True(t, IsFault(r), "recovered %v", r)
+		MatVec(p, dst, good, x) // the pool still answers
+	}
+	require.NotZero(t, workerChunks, "the worker never took a chunk of a faulting call, so its recover was not exercised")
+}
