@@ -33,7 +33,7 @@ func TestMassMatchesFloat64(t *testing.T) {
 	for i := 0; i < 41; i++ {
 		cont = append(cont, (37*i+11)%m.Config.Vocab)
 	}
-	for _, sp := range []runtime.Sparsity{{Mode: runtime.SelectInfer, Phi: 0.4, Alpha: 0.2}, {Mode: runtime.GateFirst, Phi: 0.25}} {
+	for _, sp := range []runtime.Sparsity{{Mode: runtime.SelectInfer, Phi: 0.4, Alpha: 0.2}, {Mode: runtime.GateFirst, Phi: 0.25, Alpha: 0.2}} {
 		t.Run(sp.Mode.String(), func(t *testing.T) {
 			s := m.NewSession(pool(t), 0)
 			meter := &runtime.MassMeter{}

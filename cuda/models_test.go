@@ -32,7 +32,7 @@ var (
 		{Mode: runtime.Dense},
 		{Mode: runtime.SelectInfer, Phi: 0.5, Alpha: 0.2},
 		{Mode: runtime.CoreInfer, Phi: 0.4, Alpha: 0.3},
-		{Mode: runtime.GateFirst, Phi: 0.25},
+		{Mode: runtime.GateFirst, Phi: 0.25, Alpha: 0.2},
 	}
 )
 

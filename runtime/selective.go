@@ -32,6 +32,12 @@ const (
 	GateFirst
 )
 
+// GateFirstPhi returns the φ at which GateFirst reads per decoded token
+// what SelectInfer and CoreInfer read at phi from a γ file: γ/3 + 2φ'/3 = φ,
+// so φ' = (3φ − γ)/2 (0.25 at γ = 0.7, φ = 0.4), rounded to 9 decimals; ≤ 0
+// when no φ' does.
+func GateFirstPhi(gamma, phi float64) float64 { return math.Round((3*phi-gamma)/2*1e9) / 1e9 }
+
 // modeNames are the flag spellings of the modes, in Mode order.
 var modeNames = [...]string{"dense", "selectinfer", "coreinfer", "gatefirst"}
 
@@ -63,13 +69,14 @@ type Sparsity struct {
 // DefaultSparsity is the paper's Table 1 setting.
 var DefaultSparsity = Sparsity{Mode: SelectInfer, Phi: 0.4, Alpha: 0.2}
 
-// Validate checks α ∈ (0,1] (modes that count at prefill), φ ∈ (0,1], and for each sliced layer φ·N ≤ kept
+// Validate checks α ∈ (0,1] (gatefirst ignores it, but a bad value is still
+// an error), φ ∈ (0,1], and for each sliced layer φ·N ≤ kept
 // (φ ≤ γ) and, in selectinfer mode, base ≤ φ·N (δ ≤ φ); errors say which.
 func (sp Sparsity) Validate(m *Model) error {
 	if sp.Mode == Dense {
 		return nil
 	}
-	if !sp.Mode.PerToken() && !(sp.Alpha > 0 && sp.Alpha <= 1) {
+	if !(sp.Alpha > 0 && sp.Alpha <= 1) {
 		return fmt.Errorf("alpha %g outside (0, 1]", sp.Alpha)
 	}
 	if !(sp.Phi > 0 && sp.Phi <= 1) {

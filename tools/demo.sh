@@ -28,6 +28,6 @@ $sinf convert --quiet --model "$model" --task-scores "$out/task.scores" --model-
 	--gamma 0.7 --delta 0.3 --first-layer 0 --last-layer 2 --out "$out/tinystories-656k.sinf"
 $sinf verify "$out/tinystories-656k.sinf"
 
-echo "== run: sinf-run, selectinfer, phi 0.4"
-$run --model "$out/tinystories-656k.sinf" --prompt "Once upon a time, there was a little girl named Lily. She loved to play outside with her dog." \
-	--max-tokens 80 --phi 0.4 --alpha 0.2
+echo "== run: sinf-run, gatefirst (the default: phi 0.25 reads what selectinfer reads at 0.4)"
+$run --model "$out/tinystories-656k.sinf" --prompt "Once upon a time, there was a little girl named Lily. She" \
+	--max-tokens 80

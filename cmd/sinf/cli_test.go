@@ -64,6 +64,10 @@ func TestPipeline(t *testing.T) {
 	require.Contains(t, out, "all checksums match")
 	out, err = run(t, "run", "--model", p("ts.sinf"), "--prompt", "Once upon a time", "--max-tokens", "4", "--json")
 	require.NoError(t, err)
+	require.Contains(t, out, `"mode":"gatefirst"`)
+	require.Contains(t, out, `"computed_neurons":[96,96]`) // gatefirst's default phi on a γ=0.7 file: 0.25
+	out, err = run(t, "run", "--model", p("ts.sinf"), "--prompt", "Once upon a time", "--max-tokens", "4", "--json", "--mode", "selectinfer")
+	require.NoError(t, err)
 	require.Contains(t, out, `"computed_neurons":[154,154]`)
 	out, err = run(t, "tokenize", "--model", model, "--text", "Once upon a time", "--bos")
 	require.NoError(t, err)

@@ -64,7 +64,7 @@ func (s *study) rowLabel(id, label string) string {
 	case "coreinfer-selective", "coreinfer-random":
 		return fmt.Sprintf("%s (γ=%g, φ=%g)", label, o.Gamma, o.Phi)
 	case "gatefirst":
-		return fmt.Sprintf("%s (γ=%g, φ=%g: SelectInfer's bytes per token)", label, o.Gamma, GateFirstPhi(o.Gamma, o.Phi))
+		return fmt.Sprintf("%s (γ=%g, φ=%g: SelectInfer's bytes per token)", label, o.Gamma, runtime.GateFirstPhi(o.Gamma, o.Phi))
 	}
 	return label
 }

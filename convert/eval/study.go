@@ -112,11 +112,6 @@ const (
 // (those above γ are left out).
 var CurvePhis = []float64{0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7}
 
-// GateFirstPhi returns the φ at which GateFirst reads per decoded token
-// what SelectInfer reads at phi from a γ file: γ/3 + 2φ'/3 = φ, so
-// φ' = (3φ − γ)/2 (0.25 at γ=0.7, φ=0.4); ≤ 0 when no φ' does.
-func GateFirstPhi(gamma, phi float64) float64 { return math.Round((3*phi-gamma)/2*1e9) / 1e9 }
-
 // File kinds.
 const (
 	FileHF     = "hf"     // the HF folder itself
@@ -402,7 +397,7 @@ func (s *study) buildPlan() {
 		s.add(GroupTable, tableRows[3].label, tableRows[3].id, task, runtime.CoreInfer, full, o.Phi)
 		s.add(GroupTable, tableRows[4].label, tableRows[4].id, task, runtime.CoreInfer, slim, o.Phi)
 		s.add(GroupTable, tableRows[5].label, tableRows[5].id, task, runtime.CoreInfer, random, o.Phi)
-		if phi := GateFirstPhi(o.Gamma, o.Phi); phi > 0 {
+		if phi := runtime.GateFirstPhi(o.Gamma, o.Phi); phi > 0 {
 			s.add(GroupTable, tableRows[6].label, tableRows[6].id, task, runtime.GateFirst, slim, phi)
 		}
 		for _, d := range o.DTypes {

@@ -308,7 +308,7 @@ func TestBytesPerToken(t *testing.T) {
 	// gatefirst with φ=0.125 (8 rows): all 32 gate rows, 8 up and down rows.
 	s.Reset()
 	_, err = s.Generate([]int{1, 50, 60, 70}, runtime.GenerateOptions{MaxTokens: 3,
-		Sparsity: runtime.Sparsity{Mode: runtime.GateFirst, Phi: 0.125}})
+		Sparsity: runtime.Sparsity{Mode: runtime.GateFirst, Phi: 0.125, Alpha: 0.2}})
 	require.NoError(t, err)
 	require.Nil(t, s.Active(1))
 	require.Equal(t, 8, s.PerToken(1))

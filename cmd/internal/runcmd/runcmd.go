@@ -114,8 +114,8 @@ func Flags() []cli.Flag {
 // sinf-run, bench and eval share them.
 func SparsityFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "mode", Usage: "selectinfer, dense, coreinfer or gatefirst (default: selectinfer for a .sinf file that drops neurons, else dense)"},
-		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers (gatefirst: up and down rows; it reads every stored gate row)"},
+		&cli.StringFlag{Name: "mode", Usage: "gatefirst, selectinfer, coreinfer or dense (default: gatefirst for a .sinf file that drops neurons, else dense)"},
+		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers; gatefirst computes every stored gate row and phi·N up and down rows, and defaults to the phi that reads what selectinfer reads at 0.4, (3·0.4 − gamma)/2 (0.25 on a gamma 0.7 file)"},
 		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 	}
 }
@@ -129,6 +129,7 @@ type Report struct {
 	DecodeTokensPerS  float64    `json:"decode_tokens_per_s"`
 	PeakRSSBytes      int64      `json:"peak_rss_bytes"`
 	Mode              string     `json:"mode"`
+	Phi               float64    `json:"phi,omitempty"` // φ of a sparse mode
 	LoadedNeurons     []int      `json:"loaded_neurons"`
 	ComputedNeurons   []int      `json:"computed_neurons"`
 	MappedBytes       int64      `json:"mapped_bytes"`
@@ -284,6 +285,9 @@ func Action(open Opener) cli.ActionFunc {
 		if rep.IDs == nil {
 			rep.IDs = []int{}
 		}
+		if sp.Mode != runtime.Dense {
+			rep.Phi = sp.Phi
+		}
 		if asJSON {
 			if err := json.NewEncoder(c.App.Writer).Encode(rep); err != nil {
 				return err
@@ -343,6 +347,13 @@ func openRun(c *cli.Context, open Opener) (*Loaded, error) {
 func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	sp := runtime.Sparsity{Phi: c.Float64("phi"), Alpha: c.Float64("alpha")}
 	mode := c.String("mode")
+	gamma := 1.0 // of the first layer that drops neurons
+	for i := range m.Layers {
+		if f := &m.Layers[i].MLP; f.Sliced && f.Kept() < m.Config.Intermediate {
+			gamma = float64(f.Kept()) / float64(m.Config.Intermediate)
+			break
+		}
+	}
 	if mode == "" {
 		mode = "dense"
 		sliced := false
@@ -350,7 +361,7 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 			if f := &m.Layers[i].MLP; f.Sliced {
 				sliced = true
 				if f.Kept() < m.Config.Intermediate {
-					mode = "selectinfer"
+					mode = "gatefirst"
 					break
 				}
 			}
@@ -362,6 +373,10 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	var err error
 	if sp.Mode, err = runtime.ParseMode(mode); err != nil {
 		return sp, err
+	}
+	if sp.Mode == runtime.GateFirst && !c.IsSet("phi") {
+		// What selectinfer reads at the default φ (0.25 on a γ=0.7 file).
+		sp.Phi = max(runtime.GateFirstPhi(gamma, sp.Phi), 0.05)
 	}
 	if err := sp.Validate(m); err != nil {
 		return sp, err

@@ -52,9 +52,10 @@ func TestJSONReport(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
 	require.Equal(t, []int{1, 80, 147, 201, 282, 57}, r.PromptIDs)
 	require.Len(t, r.IDs, 8)
-	require.Equal(t, "selectinfer", r.Mode)
-	require.Equal(t, []int{269, 269}, r.LoadedNeurons)   // round(0.7·384)
-	require.Equal(t, []int{154, 154}, r.ComputedNeurons) // round(0.4·384)
+	require.Equal(t, "gatefirst", r.Mode)              // the default for a file that drops neurons
+	require.Equal(t, []int{269, 269}, r.LoadedNeurons) // round(0.7·384)
+	require.InDelta(t, 0.2497, r.Phi, 1e-4)            // (3·0.4 − 269/384)/2 → round(φ·N) = 96
+	require.Equal(t, []int{96, 96}, r.ComputedNeurons) // up and down rows per token
 	fi, _ := os.Stat(file)
 	require.Equal(t, fi.Size(), r.MappedBytes)
 	require.Greater(t, r.PeakRSSBytes, int64(0))
@@ -104,8 +105,8 @@ func TestBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"--phi", "0.8"}, "exceeds gamma"},
-		{[]string{"--phi", "0.2"}, "delta exceeds phi"},
-		{[]string{"--alpha", "0"}, "alpha"},
+		{[]string{"--mode", "selectinfer", "--phi", "0.2"}, "delta exceeds phi"},
+		{[]string{"--mode", "selectinfer", "--alpha", "0"}, "alpha"},
 		{[]string{"--alpha", "1.5"}, "alpha"},
 		{[]string{"--mode", "sparse"}, "unknown mode"},
 		{[]string{"--max-tokens", "-1"}, "--max-tokens"},

@@ -244,11 +244,12 @@ func reference(t *testing.T, l *runcmd.Loaded, ids []int, maxTokens int) ([]int,
 	return res.IDs, text.String()
 }
 
-// runcmdApp runs sinf-run's generation command line in-process.
+// runcmdApp runs sinf-run's generation command line in-process, in the
+// test servers' selectinfer mode.
 func runcmdApp(o io.Writer) func(file, prompt string, n int) error {
 	return func(file, prompt string, n int) error {
 		app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: o, ErrWriter: io.Discard}
-		return app.Run([]string{"sinf-run", "--model", file, "--prompt", prompt, "--max-tokens", fmt.Sprint(n), "--json", "--threads", "1"})
+		return app.Run([]string{"sinf-run", "--model", file, "--prompt", prompt, "--max-tokens", fmt.Sprint(n), "--json", "--threads", "1", "--mode", "selectinfer"})
 	}
 }
 
