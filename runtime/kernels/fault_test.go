@@ -20,6 +20,9 @@ import (
 // the process is not killed (a fault on a worker without the recover would
 // be a fatal SIGBUS). The caller runs with SetPanicOnFault, as
 // runtime.Session.Forward does.
+// faultSink keeps TestPoolFault's probing read from being optimised away.
+var faultSink byte
+
 func TestPoolFault(t *testing.T) {
 	const rows, cols = 512, 256
 	path := filepath.Join(t.TempDir(), "w")
@@ -39,6 +42,15 @@ func TestPoolFault(t *testing.T) {
 	defer p.Close()
 	x, dst := make([]float32, cols), make([]float32, rows)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	if r := func() (r any) { // the platform's fault, read here on the test's goroutine
+		defer func() { r = recover() }()
+		faultSink = data[0]
+		return nil
+	}(); !IsFault(r) {
+		// qemu-user delivers SIGBUS without the address, so Go reports a
+		// nil dereference, which is not a fault to keep.
+		t.Skipf("this platform reports a read past the end of a truncated mapping as %v, not as a fault with its address (qemu-user does)", r)
+	}
 	call := func() (r any) {
 		defer func() { r = recover() }()
 		MatVec(p, dst, w, x)
