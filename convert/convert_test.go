@@ -314,12 +314,7 @@ func TestConvertFailureLeavesOldFile(t *testing.T) {
 func badCheckpoint(t *testing.T, name, tensor string) *hf.Checkpoint {
 	t.Helper()
 	src, _ := openHF(t, name)
-	dir := t.TempDir()
-	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(src.Dir, f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
-	}
+	dir := copyConfigFiles(t, src.Dir)
 	views := map[string]safetensors.TensorView{}
 	for _, n := range src.Names() {
 		tt, err := src.Tensor(n)
@@ -465,4 +460,17 @@ func TestWeightAware(t *testing.T) {
 		differ = differ || !slices.Equal(kept, plain.Layers[l].MLP.Index)
 	}
 	require.True(t, differ, "weighting changed no layer's neurons: the test cannot tell the two apart")
+}
+
+// copyConfigFiles copies a checkpoint folder's config.json, tokenizer.json
+// and tokenizer_config.json into a new temp folder, which it returns.
+func copyConfigFiles(t *testing.T, srcDir string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(srcDir, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	return dir
 }

@@ -28,12 +28,7 @@ func editedCopy(t *testing.T, name string, edit func(tensors map[string]format.T
 	src, err := hf.Open(srcDir)
 	require.NoError(t, err)
 	defer src.Close()
-	dir := t.TempDir()
-	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(srcDir, f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
-	}
+	dir := copyConfigFiles(t, srcDir)
 	tensors := map[string]format.Tensor{}
 	for _, n := range src.Names() {
 		tt, err := src.Tensor(n)

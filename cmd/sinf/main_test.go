@@ -1,20 +1,11 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/selectinfer/sinf/internal/sharedtest"
 )
 
 // TestMain keeps the tests' verify cache (runtime.DefaultVerifyCache) out
 // of the user's cache folder.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sinf-verify-cache")
-	if err != nil {
-		panic(err)
-	}
-	os.Setenv("SINF_VERIFY_CACHE", filepath.Join(dir, "verified"))
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sharedtest.MainWithVerifyCache(m) }
