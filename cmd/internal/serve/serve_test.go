@@ -567,6 +567,21 @@ func TestClientDisconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the generation did not stop")
 	}
+	// The result is reported just before the handler lets the slot go: wait
+	// for the slot (the server has no queue, so a request before would be
+	// a 503).
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(ts.URL + "/health")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var h struct {
+			SlotsIdle int `json:"slots_idle"`
+		}
+		json.NewDecoder(resp.Body).Decode(&h)
+		return h.SlotsIdle == 1
+	}, 5*time.Second, 2*time.Millisecond)
 	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":3}`)
 	require.Equal(t, 200, code, "%s", b)
 	<-last
