@@ -373,8 +373,8 @@ func (s *Session) ffn(i, T int) {
 // ffnPerToken computes layer i's MLP for one decoded token over the k rows
 // picked from its gate (GateFirst): y = Σ_{r ∈ top k} silu(g_r)·u_r · downT_r
 // with g = gate_proj·x over every loaded row, the top k by |silu(g_r)|·w_r
-// (w = GateWeights; ties: lower row) and u_r read for those rows only. MaskedReference computes up for every row and zeroes
-// the rest instead.
+// (w = GateWeights; ties: lower row) and u_r read for those rows only.
+// MaskedReference computes up for every row and zeroes the rest instead.
 func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 	f := &s.m.Layers[i].MLP
 	b := &s.buf

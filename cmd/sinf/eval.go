@@ -136,11 +136,8 @@ func checkTaskData(task, dir string) error {
 		}
 		return fmt.Errorf("--task %q: unknown task (built-in: %s)", task, strings.Join(dataset.Names(), ", "))
 	}
-	paths, _ := dataset.Files(task, dir)
-	for _, p := range paths {
-		if _, err := os.Stat(p); err != nil {
-			return dataHint(fmt.Errorf("dataset %s: data file: %w", task, err), dir)
-		}
+	if err := dataset.CheckFiles(task, dir); err != nil {
+		return dataHint(err, dir)
 	}
 	return nil
 }

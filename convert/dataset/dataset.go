@@ -156,6 +156,21 @@ type Selection struct {
 	Limit  int
 }
 
+// CheckFiles reports the first data file of the built-in task name missing
+// under dataDir ("dataset NAME: data file: ..."), or an unknown name.
+func CheckFiles(name, dataDir string) error {
+	paths, err := Files(name, dataDir)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("dataset %s: data file: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Load reads the dataset name and returns its task and examples in file
 // order; limit ≤ 0 means all examples, else at most the first limit. It is
 // LoadSelection with the whole dataset.
@@ -206,12 +221,10 @@ func loadAll(name, dataDir string) (Task, []Example, error) {
 		_, err := Lookup(name)
 		return Task{}, nil, err
 	}
-	paths, _ := Files(name, dataDir)
-	for _, p := range paths {
-		if _, err := os.Stat(p); err != nil {
-			return b.task, nil, fmt.Errorf("dataset %s: data file: %w", name, err)
-		}
+	if err := CheckFiles(name, dataDir); err != nil {
+		return b.task, nil, err
 	}
+	paths, _ := Files(name, dataDir)
 	ex, err := b.load(b.task, paths)
 	if err != nil {
 		return b.task, nil, fmt.Errorf("dataset %s: %w", name, err)

@@ -300,11 +300,8 @@ func newStudy(opt StudyOptions) (*study, error) {
 		if _, err := dataset.Lookup(t); err != nil {
 			return nil, err
 		}
-		paths, _ := dataset.Files(t, opt.DataDir)
-		for _, p := range paths {
-			if _, err := os.Stat(p); err != nil {
-				return nil, fmt.Errorf("dataset %s: data file: %w", t, err)
-			}
+		if err := dataset.CheckFiles(t, opt.DataDir); err != nil {
+			return nil, err
 		}
 	}
 	b, err := os.ReadFile(filepath.Join(opt.Model, "config.json"))
