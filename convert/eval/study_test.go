@@ -303,12 +303,13 @@ func TestStudyMassCurves(t *testing.T) {
 		require.True(t, 0 < m.Mass && m.Mass <= m.Best+1e-12 && m.Best <= 1+1e-12, "%s: %+v", r.ID, *m)
 		require.InDelta(t, float64(m.Computed)/float64(m.Loaded), m.Random, 1e-12, r.ID)
 	}
-	gf := res.Runs[0]
+	var gf *eval.Run
 	for _, r := range res.Runs {
 		if r.ID == "table/gatefirst/tinystories" {
 			gf = r
 		}
 	}
+	require.NotNil(t, gf, "no gatefirst row")
 	require.Equal(t, 2*96, gf.Mass.Computed) // φ=0.25 of N=384 in each of 2 layers
 	table, err := os.ReadFile(filepath.Join(out, "table.md"))
 	require.NoError(t, err)
