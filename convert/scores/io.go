@@ -142,7 +142,7 @@ func Read(path string) (*File, error) {
 	if format.IsSinf(path) { // before reading what may be gigabytes; its first bytes as a header length say "header too large"
 		return nil, fmt.Errorf("%s: %w: it is a .sinf model file (score files come from sinf profile and sinf merge)", path, ErrNotScoreFile)
 	}
-	data, err := os.ReadFile(path)
+	data, err := format.ReadRegularFile(path)
 	if err != nil {
 		return nil, err
 	}
