@@ -75,12 +75,6 @@ func (c Config) MaxContext() int {
 	return c.MaxPositions
 }
 
-// KVBytes returns the bytes of a float32 KV cache of ctx positions:
-// 2 · layers · ctx · kv_heads · head_dim · 4.
-func (c Config) KVBytes(ctx int) int64 {
-	return 2 * int64(c.Layers) * int64(ctx) * int64(c.KVHeads) * int64(c.HeadDim) * 4
-}
-
 // Architectures lists the model_type values this runtime runs.
 var Architectures = map[string]bool{"llama": true, "qwen2": true}
 

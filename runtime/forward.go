@@ -65,7 +65,7 @@ var ErrContextFull = errors.New("context length exceeded")
 // NewSession allocates a session with room for ctx positions computing on
 // pool: ctx ≤ 0 gives min(Config.MaxContext, DefaultContext), and ctx above
 // MaxContext (max_position_embeddings, or a smaller sliding window) is
-// capped at it. A KV cache costs Config.KVBytes(ctx) =
+// capped at it. A KV cache costs KVCacheBytes(ctx) =
 // 2·layers·ctx·kv_heads·head_dim·4 bytes, the RoPE tables ctx·head_dim·4.
 func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 	c := m.Config

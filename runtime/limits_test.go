@@ -64,5 +64,5 @@ func TestSessionContextBounded(t *testing.T) {
 	m.Config.SlidingWindow = 32
 	require.Equal(t, 32, m.NewSession(p, 0).Context())
 	require.Equal(t, 32, m.NewSession(p, 100).Context())
-	require.Equal(t, int64(2*5*32*32*4), m.Config.KVBytes(32))
+	require.Equal(t, int64(2*5*32*32*4), runtime.KVCacheBytes(m.Config, 32))
 }
