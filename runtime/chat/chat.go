@@ -203,6 +203,13 @@ func (t *Template) Render(messages json.RawMessage, addGenerationPrompt bool, va
 	}
 	done := make(chan result, 1)
 	go func() {
+		// A panic in the engine on this goroutine would end the process
+		// (a server's handlers recover only their own): make it an error.
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{err: fmt.Errorf("the template engine failed: %v", r)}
+			}
+		}()
 		s, err := tmpl.RenderValues(data)
 		done <- result{s, err}
 	}()

@@ -125,7 +125,12 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			fmt.Fprintf(out, "error: %v\n", err)
 			continue
 		}
-		ids := srv.cfg.Model.Tok.Encode(text, false)
+		ids, err := srv.cfg.Model.Tok.EncodeChecked(text, false)
+		if err != nil {
+			msgs = msgs[:len(msgs)-1]
+			fmt.Fprintf(out, "error: %v\n", err)
+			continue
+		}
 		if e := srv.checkPrompt("the conversation", ids); e != nil {
 			msgs = msgs[:len(msgs)-1]
 			fmt.Fprintf(out, "error: %s; /reset to start over\n", e.Message)

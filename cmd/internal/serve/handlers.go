@@ -35,8 +35,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	var ids []int
 	if e == nil {
-		ids = s.cfg.Model.Tok.Encode(prompt, s.cfg.AddBOS)
-		e = s.checkPrompt("prompt", ids)
+		var err error
+		if ids, err = s.cfg.Model.Tok.EncodeChecked(prompt, s.cfg.AddBOS); err != nil {
+			e = badRequest("prompt", "%v", err)
+		} else {
+			e = s.checkPrompt("prompt", ids)
+		}
 	}
 	if e != nil {
 		writeError(w, e)
@@ -95,8 +99,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		text, err := s.cfg.Template.Render(msgs, true, vars, chat.Options{MaxBytes: int(s.cfg.MaxBodyBytes) * 4})
 		if err != nil {
 			e = badRequest("messages", "%v", err)
+		} else if ids, err = s.cfg.Model.Tok.EncodeChecked(text, false); err != nil {
+			e = badRequest("messages", "%v", err)
 		} else {
-			ids = s.cfg.Model.Tok.Encode(text, false)
 			e = s.checkPrompt("messages", ids)
 		}
 	}
