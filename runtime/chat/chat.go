@@ -72,6 +72,38 @@ func New(name, source string, special map[string]string) (*Template, error) {
 	return &Template{Source: source, def: t, special: special}, nil
 }
 
+// SpecialTokens returns tokenizer_config.json's bos_token, eos_token,
+// unk_token and pad_token by those names, for a template's variables: a
+// string or an AddedToken object {"content": ...}; null and absent ones are
+// left out, as HF leaves them out of special_tokens_map. Empty data gives
+// none. name labels errors.
+func SpecialTokens(name string, data []byte) (map[string]string, error) {
+	special := map[string]string{}
+	if len(data) == 0 {
+		return special, nil
+	}
+	var c struct {
+		BOS json.RawMessage `json:"bos_token"`
+		EOS json.RawMessage `json:"eos_token"`
+		UNK json.RawMessage `json:"unk_token"`
+		PAD json.RawMessage `json:"pad_token"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for _, f := range []struct {
+		key string
+		raw json.RawMessage
+	}{{"bos_token", c.BOS}, {"eos_token", c.EOS}, {"unk_token", c.UNK}, {"pad_token", c.PAD}} {
+		if s, ok, err := tokenString(f.raw); err != nil {
+			return nil, fmt.Errorf("%s: field %s: %w", name, f.key, err)
+		} else if ok {
+			special[f.key] = s
+		}
+	}
+	return special, nil
+}
+
 // FromTokenizerConfig reads tokenizer_config.json's chat_template (a string,
 // or HF's list of {"name", "template"}: "default", and "tool_use" for
 // requests with tools) and its special tokens (a string or an AddedToken
@@ -82,10 +114,6 @@ func New(name, source string, special map[string]string) (*Template, error) {
 func FromTokenizerConfig(name string, data []byte) (*Template, error) {
 	var c struct {
 		ChatTemplate json.RawMessage `json:"chat_template"`
-		BOS          json.RawMessage `json:"bos_token"`
-		EOS          json.RawMessage `json:"eos_token"`
-		UNK          json.RawMessage `json:"unk_token"`
-		PAD          json.RawMessage `json:"pad_token"`
 	}
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%s: no tokenizer_config.json: %w", name, ErrNoTemplate)
@@ -93,16 +121,9 @@ func FromTokenizerConfig(name string, data []byte) (*Template, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	special := map[string]string{}
-	for _, f := range []struct {
-		key string
-		raw json.RawMessage
-	}{{"bos_token", c.BOS}, {"eos_token", c.EOS}, {"unk_token", c.UNK}, {"pad_token", c.PAD}} {
-		if s, ok, err := tokenString(f.raw); err != nil {
-			return nil, fmt.Errorf("%s: field %s: %w", name, f.key, err)
-		} else if ok {
-			special[f.key] = s
-		}
+	special, err := SpecialTokens(name, data)
+	if err != nil {
+		return nil, err
 	}
 	var one string
 	var named []struct {

@@ -111,3 +111,20 @@ func TestTemplateFeatures(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "Tx", out)
 }
+
+// TestSpecialTokens: a tokenizer_config.json without a chat template still
+// gives its special tokens (what a --chat-template FILE renders with), a
+// string or an AddedToken object, null left out.
+func TestSpecialTokens(t *testing.T) {
+	cfg := []byte(`{"bos_token":"<s>","eos_token":{"content":"</s>","lstrip":false},"pad_token":null}`)
+	sp, err := chat.SpecialTokens("cfg", cfg)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"bos_token": "<s>", "eos_token": "</s>"}, sp)
+	_, err = chat.FromTokenizerConfig("cfg", cfg)
+	require.ErrorIs(t, err, chat.ErrNoTemplate)
+	tmpl, err := chat.New("t.jinja", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}", sp)
+	require.NoError(t, err)
+	out, err := tmpl.Render([]byte(`[{"role":"user","content":"hi"}]`), false, nil, chat.Options{})
+	require.NoError(t, err)
+	require.Equal(t, "<s>hi</s>", out)
+}

@@ -36,7 +36,7 @@ func ModelFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "default top-p (1: off; default: generation_config.json's)"},
 		&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "default max_tokens of a request"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "completions: do not add the BOS token even if the tokenizer config asks for it"},
-		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before serving"},
+		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before serving (without it, a .sinf file is checked on its first open only, as sinf-run does)"},
 	}...)
 }
 
@@ -82,13 +82,17 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 		return nil, err
 	}
 	if c.Int("context") < 0 {
-		return nil, fmt.Errorf("--context %d: want ≥ 0 (0: the model's max_position_embeddings)", c.Int("context"))
+		return nil, fmt.Errorf("--context %d: want ≥ 0 (%s)", c.Int("context"), runcmd.ContextZero)
 	}
 	if c.Int("max-tokens") < 1 {
 		return nil, fmt.Errorf("--max-tokens %d: want ≥ 1", c.Int("max-tokens"))
 	}
-	l, err := runcmd.OpenSinf(c.String("model"), c.Bool("verify"))
+	l, err := runcmd.OpenSinfWith(c.String("model"), runtime.OpenOptions{Verify: c.Bool("verify"), Cache: runtime.DefaultVerifyCache()})
 	if err != nil {
+		return nil, err
+	}
+	if err := runcmd.CheckContext(c, l.Model); err != nil {
+		l.Close()
 		return nil, err
 	}
 	sp, err := runcmd.Sparsity(c, l.Model)
@@ -100,11 +104,10 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	if p := c.String("chat-template"); p != "" {
 		var src []byte
 		if src, err = os.ReadFile(p); err == nil {
-			special := map[string]string{}
-			if def, derr := chat.FromTokenizerConfig("", l.Meta.TokenizerConfig); derr == nil {
-				special = def.Special()
+			var special map[string]string
+			if special, err = chat.SpecialTokens(l.Path+": metadata field tokenizer_config", l.Meta.TokenizerConfig); err == nil {
+				o.Template, err = chat.New(p, string(src), special)
 			}
-			o.Template, err = chat.New(p, string(src), special)
 		}
 		if err != nil {
 			l.Close()
