@@ -53,7 +53,7 @@ func Open(path string) (*File, error) {
 		unix.Munmap(data)
 		return nil, err
 	}
-	f.unmap = unix.Munmap
+	f.unmap, f.info = unix.Munmap, st
 	return f, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime/debug"
@@ -26,7 +27,13 @@ type File struct {
 	meta    Metadata
 	tensors []TensorInfo
 	byName  map[string]int
+	info    os.FileInfo // the descriptor's stat at open; nil for NewFile
 }
+
+// Stat returns the file's stat taken at open from the descriptor it mapped
+// or read (so it describes those bytes even if the path is replaced
+// later), or nil for a File made by NewFile.
+func (f *File) Stat() os.FileInfo { return f.info }
 
 // NewFile validates data as a whole .sinf file (every check of spec §7) and
 // returns a File whose tensor views alias data. name labels errors. It
@@ -41,11 +48,28 @@ func NewFile(data []byte, name string) (*File, error) {
 // in resident memory, and a change to the file afterwards cannot affect the
 // process. Errors are those of Open.
 func ReadFile(path string) (*File, error) {
-	data, err := ReadRegularFile(path)
+	if err := CheckRegular(path); err != nil {
+		return nil, err
+	}
+	fd, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	return parse(data, path)
+	defer fd.Close()
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(fd)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f, err := parse(data, path)
+	if err != nil {
+		return nil, err
+	}
+	f.info = st
+	return f, nil
 }
 
 // ReadRegularFile is os.ReadFile for a file named by a user or by another

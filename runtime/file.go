@@ -85,12 +85,12 @@ func OpenFile(path string, o OpenOptions) (*Model, *tokenizer.Tokenizer, *format
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if o.Verify || o.Cache.Path != "" && !o.Cache.Verified(path) {
+	if o.Verify || o.Cache.Path != "" && !o.Cache.Verified(path, f.Stat()) {
 		if err := f.Verify(); err != nil {
 			f.Close()
 			return nil, nil, nil, err
 		}
-		o.Cache.Remember(path)
+		o.Cache.Remember(path, f.Stat())
 	}
 	m, err := LoadFile(f)
 	if err != nil {

@@ -46,10 +46,11 @@ func DefaultVerifyCache() VerifyCache {
 	return VerifyCache{Path: filepath.Join(dir, "sinf", "verified")}
 }
 
-// Verified reports whether the file at path, as it is now, passed Verify
-// before.
-func (c VerifyCache) Verified(path string) bool {
-	id, ok := fileIdentity(path)
+// Verified reports whether the file at path with stat fi (format.File.Stat:
+// taken from the open descriptor, so a path replaced since cannot borrow
+// another file's pass; nil: stat the path now) passed Verify before.
+func (c VerifyCache) Verified(path string, fi os.FileInfo) bool {
+	id, ok := fileIdentity(path, fi)
 	if !ok || c.Path == "" {
 		return false
 	}
@@ -61,10 +62,10 @@ func (c VerifyCache) Verified(path string) bool {
 	return false
 }
 
-// Remember records that the file at path, as it is now, passed Verify.
-// Errors are ignored: the next run checks again.
-func (c VerifyCache) Remember(path string) {
-	id, ok := fileIdentity(path)
+// Remember records that the file at path with stat fi (as for Verified)
+// passed Verify. Errors are ignored: the next run checks again.
+func (c VerifyCache) Remember(path string, fi os.FileInfo) {
+	id, ok := fileIdentity(path, fi)
 	if !ok || c.Path == "" {
 		return
 	}
@@ -109,10 +110,16 @@ func (c VerifyCache) lines() []string {
 	return out
 }
 
-// fileIdentity is the identity of the file at path the cache keys on.
-func fileIdentity(path string) (string, bool) {
-	fi, err := os.Stat(path)
-	if err != nil || !fi.Mode().IsRegular() {
+// fileIdentity is the identity the cache keys on of the file at path with
+// stat fi (nil: os.Stat(path)).
+func fileIdentity(path string, fi os.FileInfo) (string, bool) {
+	if fi == nil {
+		var err error
+		if fi, err = os.Stat(path); err != nil {
+			return "", false
+		}
+	}
+	if !fi.Mode().IsRegular() {
 		return "", false
 	}
 	abs, err := filepath.Abs(path)

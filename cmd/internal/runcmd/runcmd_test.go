@@ -297,12 +297,12 @@ func TestVerifyOnFirstOpen(t *testing.T) {
 	_, _, err = run("--model", corrupt, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
 	require.EqualError(t, err, fmt.Sprintf(`%s: tensor "model.layers.1.mlp.up_proj.weight" data at offset %d: checksum 0x%08x does not match stored 0x%08x: the data is corrupt`,
 		corrupt, info.Offset, format.Checksum(cb[info.Offset:info.Offset+info.Length]), info.CRC32C))
-	require.False(t, cache.Verified(corrupt))
+	require.False(t, cache.Verified(corrupt, nil))
 
-	require.False(t, cache.Verified(file))
+	require.False(t, cache.Verified(file, nil))
 	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
 	require.NoError(t, err)
-	require.True(t, cache.Verified(file), "a file that passed is remembered")
+	require.True(t, cache.Verified(file, nil), "a file that passed is remembered")
 	lines, err := os.ReadFile(cache.Path)
 	require.NoError(t, err)
 	require.Equal(t, 1, strings.Count(string(lines), "\n"))
@@ -312,9 +312,15 @@ func TestVerifyOnFirstOpen(t *testing.T) {
 	require.NoError(t, err)
 	lines2, _ := os.ReadFile(cache.Path)
 	require.Equal(t, string(lines), string(lines2))
+	// The identity is the open descriptor's: a file opened before its path
+	// was replaced keeps its own pass, and the new file has none.
+	opened, err := format.Open(file)
+	require.NoError(t, err)
+	defer opened.Close()
 	require.NoError(t, os.Remove(file))
 	require.NoError(t, os.WriteFile(file, cb, 0o644))
-	require.False(t, cache.Verified(file))
+	require.False(t, cache.Verified(file, nil))
+	require.True(t, cache.Verified(file, opened.Stat()))
 	_, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--threads", "1")
 	require.ErrorContains(t, err, `tensor "model.layers.1.mlp.up_proj.weight" data`)
 }
