@@ -164,6 +164,17 @@ func Check(cfg Config, src Source, opt LoadOptions) (used map[string]bool, err e
 	return r.used, nil
 }
 
+// LoadUsed is Load that also returns the names of the tensors the model
+// read (Check's set), in one binding.
+func LoadUsed(cfg Config, src Source, opt LoadOptions) (*Model, map[string]bool, error) {
+	r := &recorder{Source: src, used: map[string]bool{}}
+	m, err := Load(cfg, r, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, r.used, nil
+}
+
 // Load binds the source's tensors to a Model of the given config. It checks
 // every tensor's presence and shape and returns an error naming the tensor,
 // the expected and the found shape. A tied model (tie_word_embeddings) uses

@@ -274,29 +274,40 @@ func (c *Checkpoint) Validate() (used map[string]bool, err error) {
 	if used, err = runtime.Check(c.Config, c, runtime.LoadOptions{}); err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Dir, err)
 	}
-	if c.Ignored, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.Dir, err)
-	}
-	return used, nil
+	return used, c.checkUnused(used)
 }
 
-// Load opens dir, validates it (Validate; the ignored tensors are in the
+// checkUnused sets c.Ignored from the tensors the model did not read, or
+// fails naming one that changes the result (runtime.UnusedTensors).
+func (c *Checkpoint) checkUnused(used map[string]bool) (err error) {
+	if c.Ignored, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
+		return fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	return nil
+}
+
+// Load opens dir, validates it (as Validate; the ignored tensors are in the
 // checkpoint's Ignored) and binds its weights to a runtime.Model (all layers
-// whole).
+// whole), binding them once. On an error, a memory fault included, nothing
+// stays open.
 func Load(dir string) (_ *Checkpoint, _ *runtime.Model, err error) {
+	var c *Checkpoint
+	defer func() {
+		if err != nil && c != nil {
+			c.Close()
+		}
+	}()
 	defer CatchFault(dir, &err)()
-	c, err := Open(dir)
-	if err != nil {
+	if c, err = Open(dir); err != nil {
+		c = nil
 		return nil, nil, err
 	}
-	if _, err := c.Validate(); err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	m, err := runtime.Load(c.Config, c, runtime.LoadOptions{})
+	m, used, err := runtime.LoadUsed(c.Config, c, runtime.LoadOptions{})
 	if err != nil {
-		c.Close()
 		return nil, nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if err := c.checkUnused(used); err != nil {
+		return nil, nil, err
 	}
 	m.Path = dir
 	return c, m, nil
