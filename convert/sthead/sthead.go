@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // maxHeaderBytes is the largest safetensors JSON header read, the limit of
@@ -78,7 +80,7 @@ func sniff(b []byte) string {
 		return "a Python pickle, a legacy PyTorch checkpoint; convert it to safetensors first"
 	case bytes.HasPrefix(b, []byte("GGUF")):
 		return "a GGUF file (llama.cpp)"
-	case bytes.HasPrefix(b, []byte("SINF")):
+	case bytes.HasPrefix(b, []byte(format.Magic)):
 		return "a .sinf file: run it with sinf run or sinf-run"
 	}
 	return ""
