@@ -105,7 +105,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 	}
 	dtype := opt.DType
 	if opt.EmbedDType != 0 && (tiedHead(ck) || !ck.Has("model.embed_tokens.weight")) {
-		return nil, fmt.Errorf("%s: --embed-dtype: the embedding is tied to the output projection (tie_word_embeddings), so it is stored as the head: use --head-dtype", ck.Dir)
+		return nil, fmt.Errorf("%s: --embed-dtype: the embedding is tied to the output projection (%s), so it is stored as the head: use --head-dtype", ck.Dir, ck.Config.TieNote())
 	}
 	if dtype.Quantized() && H%format.BlockElems != 0 {
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of %d, so no FFN row fits %v blocks: use --dtype f16", ck.Dir, H, format.BlockElems, dtype)

@@ -70,7 +70,7 @@ func TestTiedLMHeadIgnored(t *testing.T) {
 	ck, m, err := hf.Load(dir)
 	require.NoError(t, err)
 	defer ck.Close()
-	require.Equal(t, []string{"lm_head.weight: ignored: it differs from model.embed_tokens.weight, but tie_word_embeddings is true, so the output projection is the embedding (as HF ties them)"}, ck.Ignored)
+	require.Equal(t, []string{"lm_head.weight: ignored: it differs from model.embed_tokens.weight, but tie_word_embeddings is true (config.json), so the output projection is the embedding (as HF ties them)"}, ck.Ignored)
 	_, ref := openHF(t, "stories260k")
 	prompt := []int{1, 403, 407, 261}
 	got, err := m.NewSession(pool(t), 16).Forward(prompt, false)
@@ -225,4 +225,77 @@ func TestConvertTruncatedSource(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Dir(out))
 	require.NoError(t, err)
 	require.Empty(t, entries, "a temporary file was left behind")
+}
+
+// setConfig edits dir/config.json: key set to v, or removed when v is nil.
+func setConfig(t *testing.T, dir, key string, v any) {
+	t.Helper()
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	if v == nil {
+		delete(m, key)
+	} else {
+		m[key] = v
+	}
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+}
+
+// TestTieDefaultUntied (issue 23 item 5, a regression): a config.json
+// without tie_word_embeddings is untied, as HF's LlamaConfig and
+// Qwen2Config default it, so a stored lm_head.weight is the output
+// projection: the logits equal those of the same folder with an explicit
+// "tie_word_embeddings": false exactly, and differ from the tied model's.
+// Without an lm_head.weight the load is refused, saying where false came
+// from.
+func TestTieDefaultUntied(t *testing.T) {
+	withHead := func(ts map[string]format.Tensor) {
+		h := ts["model.embed_tokens.weight"]
+		h.Name, h.Data = "lm_head.weight", append([]byte(nil), h.Data...)
+		for i := 0; i < len(h.Data); i += 4 {
+			h.Data[i+3] ^= 0x80 // the negated embedding: a different matrix, finite logits
+		}
+		ts[h.Name] = h
+	}
+	absent := editedCopy(t, "stories260k", withHead)
+	setConfig(t, absent, "tie_word_embeddings", nil)
+	explicit := editedCopy(t, "stories260k", withHead)
+	setConfig(t, explicit, "tie_word_embeddings", false)
+
+	ck, m, err := hf.Load(absent)
+	require.NoError(t, err)
+	defer ck.Close()
+	require.False(t, ck.Config.TieEmbeddings)
+	require.Empty(t, ck.Ignored, "the stored lm_head is read, not ignored")
+	ck2, m2, err := hf.Load(explicit)
+	require.NoError(t, err)
+	defer ck2.Close()
+	_, tied := openHF(t, "stories260k")
+	prompt := []int{1, 403, 407, 261}
+	got, err := m.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	want, err := m2.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "absent tie_word_embeddings must read as false")
+	tiedLogits, err := tied.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	require.NotEqual(t, tiedLogits, got, "the stored lm_head must be the output projection")
+
+	// Converted, the file keeps the head and runs as the folder does.
+	_, fm, _ := convertFile(t, ck, allLayers(ck, convert.Options{Gamma: 1, Delta: 0.3, Random: true}))
+	fromFile, err := fm.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	for j := range want {
+		requireClose(t, want[j], fromFile[j], "logit %d", j)
+	}
+
+	// No lm_head and no key: refused, naming the default's source.
+	bare := editedCopy(t, "stories260k", func(map[string]format.Tensor) {})
+	setConfig(t, bare, "tie_word_embeddings", nil)
+	_, _, err = hf.Load(bare)
+	require.EqualError(t, err, bare+`: tensor lm_head.weight not found, and tie_word_embeddings is false (absent from config.json: HF LlamaConfig's default), so the output projection is its own matrix, not the embedding (HF would start it at random): set "tie_word_embeddings": true in config.json if the model is tied`)
 }

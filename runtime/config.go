@@ -33,11 +33,14 @@ type Config struct {
 	RMSNormEps    float64      // rms_norm_eps
 	RopeTheta     float64      // rope_theta
 	RopeScaling   *RopeScaling // nil when none
-	TieEmbeddings bool         // tie_word_embeddings
-	AttentionBias bool         // q/k/v (and o for llama) projections carry biases
-	BOS           int          // bos_token_id, -1 when absent
-	EOS           []int        // eos_token_id (an int or a list)
-	HiddenAct     string       // hidden_act; only "silu" is supported
+	TieEmbeddings bool         // tie_word_embeddings, or the architecture's default (TieDefault)
+	// TieFromConfig says tie_word_embeddings was set in config.json; when
+	// false, TieEmbeddings is the architecture's default (see TieNote).
+	TieFromConfig bool
+	AttentionBias bool   // q/k/v (and o for llama) projections carry biases
+	BOS           int    // bos_token_id, -1 when absent
+	EOS           []int  // eos_token_id (an int or a list)
+	HiddenAct     string // hidden_act; only "silu" is supported
 	// SlidingWindow is Qwen2's sliding_window when use_sliding_window is
 	// true and some layer uses it (a layer i ≥ max_window_layers, HF
 	// Qwen2Attention), else 0. sinf computes full attention, which equals
@@ -77,6 +80,31 @@ func (c Config) MaxContext() int {
 
 // Architectures lists the model_type values this runtime runs.
 var Architectures = map[string]bool{"llama": true, "qwen2": true}
+
+// TieDefault is tie_word_embeddings when config.json does not set it, per
+// model_type, as HF's config classes default it: LlamaConfig and
+// Qwen2Config both say false (transformers configuration_llama.py,
+// configuration_qwen2.py), so such a model has its own lm_head.weight.
+var TieDefault = map[string]bool{"llama": false, "qwen2": false}
+
+// configClass is HF's config class of a model_type, for messages.
+func configClass(modelType string) string {
+	if modelType == "qwen2" {
+		return "Qwen2Config"
+	}
+	return "LlamaConfig"
+}
+
+// TieNote says what tie_word_embeddings is and where the value came from,
+// for messages: `tie_word_embeddings is true (config.json)` or
+// `tie_word_embeddings is false (absent from config.json: HF LlamaConfig's
+// default)`.
+func (c Config) TieNote() string {
+	if c.TieFromConfig {
+		return fmt.Sprintf("tie_word_embeddings is %v (config.json)", c.TieEmbeddings)
+	}
+	return fmt.Sprintf("tie_word_embeddings is %v (absent from config.json: HF %s's default)", c.TieEmbeddings, configClass(c.ModelType))
+}
 
 type hfConfig struct {
 	ModelType         string          `json:"model_type"`
@@ -130,13 +158,13 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		MaxPositions:  h.MaxPositions,
 		RMSNormEps:    h.RMSNormEps,
 		RopeTheta:     h.RopeTheta,
-		TieEmbeddings: true,
+		TieEmbeddings: TieDefault[h.ModelType],
 		AttentionBias: h.AttentionBias || h.ModelType == "qwen2",
 		BOS:           -1,
 		HiddenAct:     h.HiddenAct,
 	}
 	if h.TieWordEmbeddings != nil {
-		c.TieEmbeddings = *h.TieWordEmbeddings
+		c.TieEmbeddings, c.TieFromConfig = *h.TieWordEmbeddings, true
 	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads

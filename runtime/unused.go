@@ -33,7 +33,7 @@ func UnusedTensors(cfg Config, names []string, used map[string]bool, src Source)
 		case n == "lm_head.weight" && cfg.TieEmbeddings:
 			why := "equal to model.embed_tokens.weight, stored once"
 			if !sameData(src, n, "model.embed_tokens.weight") {
-				why = "it differs from model.embed_tokens.weight, but tie_word_embeddings is true, so the output projection is the embedding (as HF ties them)"
+				why = "it differs from model.embed_tokens.weight, but " + cfg.TieNote() + ", so the output projection is the embedding (as HF ties them)"
 			}
 			ignored = append(ignored, n+": ignored: "+why)
 		case strings.HasSuffix(n, ".rotary_emb.inv_freq"):
