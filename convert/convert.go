@@ -67,6 +67,9 @@ type Report struct {
 	// Ignored lists the source tensors not stored, with the reason
 	// (hf.Checkpoint.Validate): a tied model's lm_head, a RoPE buffer.
 	Ignored []string
+	// Warnings are the sentences for the user about what was skipped
+	// (hf.Checkpoint.Warnings: tensors the architecture does not have).
+	Warnings []string
 }
 
 // Convert writes ck as a .sinf file at out, slicing the FFN layers of the
@@ -187,7 +190,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		bar = progressbar.NewOptions(len(names), progressbar.OptionSetWriter(opt.Progress),
 			progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored}
+	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored, Warnings: ck.Warnings}
 	for _, name := range names {
 		t, err := ck.Tensor(name)
 		if err != nil {

@@ -91,9 +91,9 @@ func TestTiedLMHeadIgnored(t *testing.T) {
 }
 
 // TestUnusedTensors (issue 16 item 8): every stored tensor is read or
-// reported; one the architecture does not have, or a bias the config does
-// not provide for, is an error naming the tensor and the field, at load and
-// at conversion (before anything is written).
+// reported; a bias the config does not provide for is an error naming the
+// tensor and the field, at load and at conversion (before anything is
+// written).
 func TestUnusedTensors(t *testing.T) {
 	bias := func(name string, n int) func(map[string]format.Tensor) {
 		return func(ts map[string]format.Tensor) {
@@ -109,8 +109,6 @@ func TestUnusedTensors(t *testing.T) {
 			`tensor model.layers.0.self_attn.q_proj.bias is stored, but config.json field attention_bias is not true, so HF builds no attention bias and it would be ignored, which changes the result: set "attention_bias": true or remove the tensor`},
 		{"stories260k", "model.layers.1.mlp.up_proj.bias", 172,
 			"tensor model.layers.1.mlp.up_proj.bias is stored, but config.json field mlp_bias is not true, so HF builds no MLP bias and it would be ignored, which changes the result (sinf does not run MLP biases)"},
-		{"stories260k", "model.layers.0.self_attn.q_norm.weight", 8,
-			"tensor model.layers.0.self_attn.q_norm.weight: not part of a llama model (HF LlamaForCausalLM), and ignoring it could change the result: is config.json's model_type right?"},
 		{"tiny-random-qwen2", "model.layers.1.self_attn.o_proj.bias", 64,
 			"tensor model.layers.1.self_attn.o_proj.bias is stored, but HF Qwen2Attention has no o_proj bias, so it would be ignored, which changes the result: is config.json's model_type right?"},
 	}
@@ -298,4 +296,52 @@ func TestTieDefaultUntied(t *testing.T) {
 	setConfig(t, bare, "tie_word_embeddings", nil)
 	_, _, err = hf.Load(bare)
 	require.EqualError(t, err, bare+`: tensor lm_head.weight not found, and tie_word_embeddings is false (absent from config.json: HF LlamaConfig's default), so the output projection is its own matrix, not the embedding (HF would start it at random): set "tie_word_embeddings": true in config.json if the model is tied`)
+}
+
+// TestUnknownTensorSkipped (issue 23 item 5, a regression): a tensor the
+// architecture does not have is skipped with a warning naming it, as HF's
+// from_pretrained skips unexpected weights (the model runs as without it,
+// the .sinf file does not store it); Strict refuses it, at load and at
+// conversion.
+func TestUnknownTensorSkipped(t *testing.T) {
+	names := []string{"model.layers.0.self_attn.q_norm.weight", "model.layers.1.self_attn.q_norm.weight"}
+	dir := editedCopy(t, "stories260k", func(ts map[string]format.Tensor) {
+		for _, n := range names {
+			ts[n] = format.Tensor{Name: n, DType: format.F32, Shape: []int{8}, Data: make([]byte, 32)}
+		}
+	})
+	ck, m, err := hf.Load(dir)
+	require.NoError(t, err)
+	defer ck.Close()
+	require.Equal(t, names, ck.Unknown)
+	warning := "tensors model.layers.0.self_attn.q_norm.weight, model.layers.1.self_attn.q_norm.weight are not part of a llama model (HF LlamaForCausalLM): skipped, as HF skips unexpected weights with a warning; is config.json's model_type right? (--strict refuses them)"
+	require.Equal(t, []string{warning}, ck.Warnings)
+	_, ref := openHF(t, "stories260k")
+	prompt := []int{1, 403, 407, 261}
+	got, err := m.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	want, err := ref.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	out := filepath.Join(t.TempDir(), "m.sinf")
+	rep, err := convert.Convert(ck, out, allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
+	require.NoError(t, err)
+	require.Equal(t, []string{warning}, rep.Warnings)
+	f, err := format.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	require.False(t, f.Has(names[0]))
+
+	strictErr := dir + ": tensors model.layers.0.self_attn.q_norm.weight, model.layers.1.self_attn.q_norm.weight are not part of a llama model (HF LlamaForCausalLM), and --strict refuses tensors the model does not read: is config.json's model_type right?"
+	_, _, err = hf.LoadWith(dir, hf.Options{Strict: true})
+	require.EqualError(t, err, strictErr)
+	ck2, err := hf.Open(dir)
+	require.NoError(t, err)
+	defer ck2.Close()
+	ck2.Strict = true
+	out2 := filepath.Join(t.TempDir(), "m.sinf")
+	_, err = convert.Convert(ck2, out2, allLayers(ck2, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
+	require.EqualError(t, err, strictErr)
+	require.NoFileExists(t, out2)
 }

@@ -36,6 +36,16 @@ type Checkpoint struct {
 	// Ignored lists the stored tensors the model does not read, each with
 	// the reason (runtime.UnusedTensors); Validate fills it.
 	Ignored []string
+	// Unknown lists the stored tensors the architecture does not have
+	// (runtime.UnusedTensors), sorted; Validate fills it. They are skipped,
+	// as HF's from_pretrained skips unexpected weights, with a warning in
+	// Warnings, unless Strict is set.
+	Unknown []string
+	// Strict makes Validate and Load refuse Unknown tensors instead.
+	Strict bool
+	// Warnings are sentences for the user about what was skipped (the
+	// Unknown tensors); Validate fills it.
+	Warnings []string
 
 	files   []*stFile
 	tensors map[string]tensorRef
@@ -267,9 +277,10 @@ func (c *Checkpoint) Close() error {
 
 // Validate checks the whole model a runtime loads from the checkpoint (every
 // tensor's presence, shape and dtype: runtime.Check) and that every stored
-// tensor is either read or harmless to ignore (runtime.UnusedTensors, whose
-// reasons it keeps in c.Ignored). It returns the names the model reads.
-// Errors name the folder and the tensor.
+// tensor is either read, harmless to ignore (runtime.UnusedTensors, whose
+// reasons it keeps in c.Ignored) or unknown to the architecture (c.Unknown:
+// skipped with a warning in c.Warnings, an error with c.Strict). It returns
+// the names the model reads. Errors name the folder and the tensor.
 func (c *Checkpoint) Validate() (used map[string]bool, err error) {
 	if used, err = runtime.Check(c.Config, c, runtime.LoadOptions{}); err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Dir, err)
@@ -277,20 +288,38 @@ func (c *Checkpoint) Validate() (used map[string]bool, err error) {
 	return used, c.checkUnused(used)
 }
 
-// checkUnused sets c.Ignored from the tensors the model did not read, or
-// fails naming one that changes the result (runtime.UnusedTensors).
+// checkUnused sets c.Ignored, c.Unknown and c.Warnings from the tensors
+// the model did not read, or fails naming one that changes the result
+// (runtime.UnusedTensors), or, with c.Strict, the unknown ones.
 func (c *Checkpoint) checkUnused(used map[string]bool) (err error) {
-	if c.Ignored, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
+	c.Warnings = nil
+	if c.Ignored, c.Unknown, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
 		return fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	if len(c.Unknown) > 0 {
+		if c.Strict {
+			return fmt.Errorf("%s: %w", c.Dir, runtime.UnknownError(c.Config, c.Unknown))
+		}
+		c.Warnings = append(c.Warnings, runtime.UnknownWarning(c.Config, c.Unknown))
 	}
 	return nil
 }
 
+// Options says how Load and LoadModel read a checkpoint folder.
+type Options struct {
+	// Strict refuses stored tensors the architecture does not have
+	// (Checkpoint.Strict); without it they are skipped with a warning.
+	Strict bool
+}
+
 // Load opens dir, validates it (as Validate; the ignored tensors are in the
-// checkpoint's Ignored) and binds its weights to a runtime.Model (all layers
-// whole), binding them once. On an error, a memory fault included, nothing
-// stays open.
-func Load(dir string) (_ *Checkpoint, _ *runtime.Model, err error) {
+// checkpoint's Ignored, the skipped unknown ones in Unknown and Warnings)
+// and binds its weights to a runtime.Model (all layers whole), binding them
+// once. On an error, a memory fault included, nothing stays open.
+func Load(dir string) (*Checkpoint, *runtime.Model, error) { return LoadWith(dir, Options{}) }
+
+// LoadWith is Load with Options.
+func LoadWith(dir string, opt Options) (_ *Checkpoint, _ *runtime.Model, err error) {
 	var c *Checkpoint
 	defer func() {
 		if err != nil && c != nil {
@@ -302,6 +331,7 @@ func Load(dir string) (_ *Checkpoint, _ *runtime.Model, err error) {
 		c = nil
 		return nil, nil, err
 	}
+	c.Strict = opt.Strict
 	m, used, err := runtime.LoadUsed(c.Config, c, runtime.LoadOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", dir, err)
@@ -332,10 +362,10 @@ func CatchFault(dir string, err *error) func() {
 	}
 }
 
-// LoadModel is Load plus the folder's tokenizer (tokenizer.json and
+// LoadModel is LoadWith plus the folder's tokenizer (tokenizer.json and
 // tokenizer_config.json).
-func LoadModel(dir string) (*Checkpoint, *runtime.Model, *tokenizer.Tokenizer, error) {
-	c, m, err := Load(dir)
+func LoadModel(dir string, opt Options) (*Checkpoint, *runtime.Model, *tokenizer.Tokenizer, error) {
+	c, m, err := LoadWith(dir, opt)
 	if err != nil {
 		return nil, nil, nil, err
 	}
