@@ -50,6 +50,10 @@ type Checkpoint struct {
 	files   []*stFile
 	tensors map[string]tensorRef
 	names   []string // sorted
+	// index is model.safetensors.index.json's weight_map (tensor → shard
+	// file name), nil for a single model.safetensors; indexPath its path.
+	index     map[string]string
+	indexPath string
 }
 
 type stFile struct {
@@ -80,7 +84,7 @@ func Open(dir string) (*Checkpoint, error) {
 	if g, err := format.ReadRegularFile(filepath.Join(dir, "generation_config.json")); err == nil {
 		c.GenerationConfig = g
 	}
-	files, err := weightFiles(dir)
+	files, err := c.weightFiles()
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +94,10 @@ func Open(dir string) (*Checkpoint, error) {
 			return nil, err
 		}
 	}
+	if err := c.checkIndex(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	for n := range c.tensors {
 		c.names = append(c.names, n)
 	}
@@ -97,9 +105,12 @@ func Open(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
-// weightFiles lists the safetensors files of dir: the shards named by
-// model.safetensors.index.json, else model.safetensors.
-func weightFiles(dir string) ([]string, error) {
+// weightFiles lists the safetensors files of c.Dir: the shards named by
+// model.safetensors.index.json (whose weight_map it keeps in c.index), else
+// model.safetensors. A shard name that is not a file name in the folder
+// (a path, "", "." or "..") is an error naming the entry.
+func (c *Checkpoint) weightFiles() ([]string, error) {
+	dir := c.Dir
 	idxPath := filepath.Join(dir, "model.safetensors.index.json")
 	raw, err := format.ReadRegularFile(idxPath)
 	if errors.Is(err, os.ErrNotExist) {
@@ -123,9 +134,10 @@ func weightFiles(dir string) ([]string, error) {
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, f := range idx.WeightMap {
-		if f != filepath.Base(f) {
-			return nil, fmt.Errorf("%s: field weight_map names %q outside the folder", idxPath, f)
+	for _, name := range sortedKeys(idx.WeightMap) {
+		f := idx.WeightMap[name]
+		if f == "" || f == "." || f == ".." || f != filepath.Base(f) {
+			return nil, fmt.Errorf("%s: field weight_map entry %q names shard %q, which is not a file name in the folder", idxPath, name, f)
 		}
 		if !seen[f] {
 			seen[f] = true
@@ -133,7 +145,35 @@ func weightFiles(dir string) ([]string, error) {
 		}
 	}
 	sort.Strings(out)
+	c.index, c.indexPath = idx.WeightMap, idxPath
 	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// checkIndex checks the index against the shard headers: every tensor it
+// lists is stored in the shard it names (addFile took a tensor stored in
+// two shards from that one). Errors name the index, the entry and the
+// shard.
+func (c *Checkpoint) checkIndex() error {
+	for _, name := range sortedKeys(c.index) {
+		shard := c.index[name]
+		ref, ok := c.tensors[name]
+		switch {
+		case !ok:
+			return fmt.Errorf("%s: field weight_map entry %q names shard %s, which does not hold it (no shard does)", c.indexPath, name, shard)
+		case filepath.Base(ref.file.path) != shard:
+			return fmt.Errorf("%s: field weight_map entry %q names shard %s, which does not hold it (%s does)", c.indexPath, name, shard, filepath.Base(ref.file.path))
+		}
+	}
+	return nil
 }
 
 func (c *Checkpoint) mapFile(path string) error {
@@ -162,7 +202,9 @@ func (c *Checkpoint) mapFile(path string) error {
 }
 
 // addFile parses the safetensors file sf (its data read or mapped) and adds
-// its tensors to c.
+// its tensors to c. A tensor already added from another file is an error,
+// unless the index names one of the two files for it: that one serves it
+// (as HF loads each tensor from the shard its index names).
 func (c *Checkpoint) addFile(sf *stFile) (err error) {
 	path, data := sf.path, sf.data
 	if err := sthead.Check(path, data); err != nil {
@@ -176,7 +218,16 @@ func (c *Checkpoint) addFile(sf *stFile) (err error) {
 			return fmt.Errorf("%s: tensor %s: %w", path, nv.Name, err)
 		}
 		if prev, dup := c.tensors[nv.Name]; dup {
-			return fmt.Errorf("%s: tensor %s also stored in %s", path, nv.Name, prev.file.path)
+			want, listed := c.index[nv.Name]
+			switch {
+			case listed && filepath.Base(prev.file.path) == want:
+				continue
+			case listed && filepath.Base(path) == want:
+			case listed:
+				return fmt.Errorf("%s: tensor %s also stored in %s, and %s names neither (it names %s)", path, nv.Name, prev.file.path, c.indexPath, want)
+			default:
+				return fmt.Errorf("%s: tensor %s also stored in %s", path, nv.Name, prev.file.path)
+			}
 		}
 		c.tensors[nv.Name] = tensorRef{file: sf, name: nv.Name}
 	}
