@@ -8,8 +8,11 @@ import (
 	"strings"
 )
 
-// RopeScaling is HF's rope_scaling block; only rope_type "llama3" changes the
-// frequencies (transformers modeling_rope_utils.py, _compute_llama3_parameters).
+// RopeScaling is HF's rope_scaling block (transformers modeling_rope_utils.py):
+// rope_type "linear" divides every frequency by factor, so position p turns
+// as p / factor would (_compute_linear_scaling_rope_parameters); "llama3"
+// divides the low frequencies only, smoothly (_compute_llama3_parameters).
+// Other types are refused.
 type RopeScaling struct {
 	Type                          string  `json:"rope_type"`
 	Factor                        float64 `json:"factor"`
@@ -243,13 +246,18 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		}
 		switch rs.Type {
 		case "default", "":
+		case "linear":
+			if !(rs.Factor > 0) || math.IsInf(rs.Factor, 0) {
+				return Config{}, fmt.Errorf("%s: field rope_scaling: linear needs a positive factor, found %g", name, rs.Factor)
+			}
+			c.RopeScaling = &rs
 		case "llama3":
 			if rs.Factor <= 0 || rs.LowFreqFactor <= 0 || rs.HighFreqFactor <= rs.LowFreqFactor || rs.OriginalMaxPositionEmbeddings <= 0 {
 				return Config{}, fmt.Errorf("%s: field rope_scaling: llama3 needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings", name)
 			}
 			c.RopeScaling = &rs
 		default:
-			return Config{}, fmt.Errorf("%s: rope_scaling type %q is not supported (supported: llama3)", name, rs.Type)
+			return Config{}, fmt.Errorf("%s: rope_scaling type %q is not supported (supported: linear, llama3)", name, rs.Type)
 		}
 	}
 	if h.UseSlidingWindow && h.SlidingWindow != nil {
@@ -300,7 +308,9 @@ func parseTokenList(raw json.RawMessage) ([]int, error) {
 }
 
 // RopeInvFreq returns the inverse frequencies θ_i = theta^(-2i/d), i < d/2,
-// adjusted by llama3 scaling when configured (HF _compute_llama3_parameters).
+// adjusted by the rope_scaling when configured: linear divides each by
+// factor (HF _compute_linear_scaling_rope_parameters), llama3 as HF
+// _compute_llama3_parameters.
 func (c Config) RopeInvFreq() []float64 {
 	half := c.HeadDim / 2
 	inv := make([]float64, half)
@@ -308,6 +318,12 @@ func (c Config) RopeInvFreq() []float64 {
 		inv[i] = 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim))
 	}
 	rs := c.RopeScaling
+	if rs != nil && rs.Type == "linear" {
+		for i := range inv {
+			inv[i] /= rs.Factor
+		}
+		return inv
+	}
 	if rs == nil || rs.Type != "llama3" {
 		return inv
 	}
