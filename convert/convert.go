@@ -67,8 +67,10 @@ type Report struct {
 	// Ignored lists the source tensors not stored, with the reason
 	// (hf.Checkpoint.Validate): a tied model's lm_head, a RoPE buffer.
 	Ignored []string
-	// Warnings are the sentences for the user about what was skipped
-	// (hf.Checkpoint.Warnings: tensors the architecture does not have).
+	// Warnings are sentences for the user, each naming its file: a
+	// tokenizer that is probably broken (tokenizer.Warnings), and what was
+	// skipped (hf.Checkpoint.Warnings: tensors the architecture does not
+	// have, after the folder's name).
 	Warnings []string
 }
 
@@ -130,7 +132,8 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 	// The runtime builds the tokenizer from these bytes: refuse now what it
 	// would refuse (an unsupported component, a regex that backtracks
 	// catastrophically) rather than write a file that does not run.
-	if _, err := tokenizer.New(ck.Dir, meta.Tokenizer, meta.TokenizerConfig); err != nil {
+	tok, err := tokenizer.New(ck.Dir, meta.Tokenizer, meta.TokenizerConfig)
+	if err != nil {
 		return nil, err
 	}
 
@@ -190,7 +193,11 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		bar = progressbar.NewOptions(len(names), progressbar.OptionSetWriter(opt.Progress),
 			progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored, Warnings: ck.Warnings}
+	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored,
+		Warnings: tok.Warnings()}
+	for _, w := range ck.Warnings {
+		rep.Warnings = append(rep.Warnings, ck.Dir+": "+w)
+	}
 	for _, name := range names {
 		t, err := ck.Tensor(name)
 		if err != nil {

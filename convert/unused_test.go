@@ -327,7 +327,7 @@ func TestUnknownTensorSkipped(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "m.sinf")
 	rep, err := convert.Convert(ck, out, allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
 	require.NoError(t, err)
-	require.Equal(t, []string{warning}, rep.Warnings)
+	require.Equal(t, []string{dir + ": " + warning}, rep.Warnings)
 	f, err := format.Open(out)
 	require.NoError(t, err)
 	defer f.Close()

@@ -114,7 +114,7 @@ func convertCommand() *cli.Command {
 				fmt.Fprintf(c.App.ErrWriter, "note: not stored: %s\n", f)
 			}
 			for _, f := range rep.Warnings {
-				fmt.Fprintf(c.App.ErrWriter, "warning: %s: %s\n", c.String("model"), f)
+				fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", f)
 			}
 			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
 				rep.Path, human(rep.Bytes), human(rep.SourceBytes), 100*float64(rep.Bytes)/float64(rep.SourceBytes),

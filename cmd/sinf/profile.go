@@ -109,6 +109,9 @@ func profileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			for _, w := range tok.Warnings() {
+				fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
+			}
 			sel, err := selection(c, c.String("dataset"), dataset.SplitProfile)
 			if err != nil {
 				return err

@@ -63,6 +63,9 @@ func openModel(path string, verify, strict bool, w io.Writer) (*runcmd.Loaded, e
 	for _, f := range ck.Warnings {
 		fmt.Fprintf(w, "warning: %s: %s\n", path, f)
 	}
+	for _, f := range tok.Warnings() {
+		fmt.Fprintf(w, "warning: %s\n", f)
+	}
 	size := ck.WeightBytes()
 	return &runcmd.Loaded{Model: m, Tok: tok, Kind: "hf", Path: path, FileBytes: size, MappedBytes: size, Gen: gen, Close: ck.Close}, nil
 }
@@ -85,6 +88,9 @@ func tokenizeCommand() *cli.Command {
 			} else if fi.IsDir() {
 				if tok, err = tokenizer.Load(path); err != nil {
 					return err
+				}
+				for _, w := range tok.Warnings() {
+					fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
 				}
 			} else {
 				l, err := runcmd.OpenSinf(path, false)

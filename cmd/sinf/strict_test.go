@@ -86,3 +86,16 @@ func TestStrictFlag(t *testing.T) {
 	require.EqualError(t, err, refusal)
 	require.NoFileExists(t, strictOut)
 }
+
+// TestTokenizeWarnsMergeless (issue 23 item 5): sinf tokenize warns about
+// a BPE vocabulary with tokens of several characters and no merges (and
+// encodes character by character, as HF does).
+func TestTokenizeWarnsMergeless(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"),
+		[]byte(`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": []}}`), 0o644))
+	out, stderr, err := runStderr(t, "tokenize", "--model", dir, "--text", "ab")
+	require.NoError(t, err)
+	require.Equal(t, "[0,1]\n", out)
+	require.Equal(t, "warning: tokenizer "+dir+`: tokenizer.json: model.merges is empty, but model.vocab has 1 token of more than one character (such as "ab"), which only merges build: text is encoded character by character (as HF does), so the file is probably broken (were its merges lost?)`+"\n", stderr)
+}
