@@ -70,7 +70,8 @@ type tensorRef struct {
 // Open reads dir's config.json and maps its safetensors files. Errors name the
 // file and, where one is at fault, the field or tensor: an unknown model_type,
 // a truncated file, an absurd header length, offsets past the end, a dtype
-// this runtime does not read.
+// this runtime does not read, an index entry naming a shard that does not
+// hold the tensor (checkIndex).
 func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, tensors: map[string]tensorRef{}}
 	cfgPath := filepath.Join(dir, "config.json")
