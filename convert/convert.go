@@ -67,6 +67,11 @@ type Report struct {
 	// Ignored lists the source tensors not stored, with the reason
 	// (hf.Checkpoint.Validate): a tied model's lm_head, a RoPE buffer.
 	Ignored []string
+	// Warnings are sentences for the user, each naming its file: a
+	// tokenizer that is probably broken (tokenizer.Warnings), and what was
+	// skipped (hf.Checkpoint.Warnings: tensors the architecture does not
+	// have, after the folder's name).
+	Warnings []string
 }
 
 // Convert writes ck as a .sinf file at out, slicing the FFN layers of the
@@ -105,7 +110,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 	}
 	dtype := opt.DType
 	if opt.EmbedDType != 0 && (tiedHead(ck) || !ck.Has("model.embed_tokens.weight")) {
-		return nil, fmt.Errorf("%s: --embed-dtype: the embedding is tied to the output projection (tie_word_embeddings), so it is stored as the head: use --head-dtype", ck.Dir)
+		return nil, fmt.Errorf("%s: --embed-dtype: the embedding is tied to the output projection (%s), so it is stored as the head: use --head-dtype", ck.Dir, ck.Config.TieNote())
 	}
 	if dtype.Quantized() && H%format.BlockElems != 0 {
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of %d, so no FFN row fits %v blocks: use --dtype f16", ck.Dir, H, format.BlockElems, dtype)
@@ -127,7 +132,8 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 	// The runtime builds the tokenizer from these bytes: refuse now what it
 	// would refuse (an unsupported component, a regex that backtracks
 	// catastrophically) rather than write a file that does not run.
-	if _, err := tokenizer.New(ck.Dir, meta.Tokenizer, meta.TokenizerConfig); err != nil {
+	tok, err := tokenizer.New(ck.Dir, meta.Tokenizer, meta.TokenizerConfig)
+	if err != nil {
 		return nil, err
 	}
 
@@ -187,7 +193,11 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		bar = progressbar.NewOptions(len(names), progressbar.OptionSetWriter(opt.Progress),
 			progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored}
+	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored,
+		Warnings: tok.Warnings()}
+	for _, w := range ck.Warnings {
+		rep.Warnings = append(rep.Warnings, ck.Dir+": "+w)
+	}
 	for _, name := range names {
 		t, err := ck.Tensor(name)
 		if err != nil {

@@ -70,7 +70,7 @@ func TestTiedLMHeadIgnored(t *testing.T) {
 	ck, m, err := hf.Load(dir)
 	require.NoError(t, err)
 	defer ck.Close()
-	require.Equal(t, []string{"lm_head.weight: ignored: it differs from model.embed_tokens.weight, but tie_word_embeddings is true, so the output projection is the embedding (as HF ties them)"}, ck.Ignored)
+	require.Equal(t, []string{"lm_head.weight: ignored: it differs from model.embed_tokens.weight, but tie_word_embeddings is true (config.json), so the output projection is the embedding (as HF ties them)"}, ck.Ignored)
 	_, ref := openHF(t, "stories260k")
 	prompt := []int{1, 403, 407, 261}
 	got, err := m.NewSession(pool(t), 16).Forward(prompt, false)
@@ -91,9 +91,9 @@ func TestTiedLMHeadIgnored(t *testing.T) {
 }
 
 // TestUnusedTensors (issue 16 item 8): every stored tensor is read or
-// reported; one the architecture does not have, or a bias the config does
-// not provide for, is an error naming the tensor and the field, at load and
-// at conversion (before anything is written).
+// reported; a bias the config does not provide for is an error naming the
+// tensor and the field, at load and at conversion (before anything is
+// written).
 func TestUnusedTensors(t *testing.T) {
 	bias := func(name string, n int) func(map[string]format.Tensor) {
 		return func(ts map[string]format.Tensor) {
@@ -109,8 +109,6 @@ func TestUnusedTensors(t *testing.T) {
 			`tensor model.layers.0.self_attn.q_proj.bias is stored, but config.json field attention_bias is not true, so HF builds no attention bias and it would be ignored, which changes the result: set "attention_bias": true or remove the tensor`},
 		{"stories260k", "model.layers.1.mlp.up_proj.bias", 172,
 			"tensor model.layers.1.mlp.up_proj.bias is stored, but config.json field mlp_bias is not true, so HF builds no MLP bias and it would be ignored, which changes the result (sinf does not run MLP biases)"},
-		{"stories260k", "model.layers.0.self_attn.q_norm.weight", 8,
-			"tensor model.layers.0.self_attn.q_norm.weight: not part of a llama model (HF LlamaForCausalLM), and ignoring it could change the result: is config.json's model_type right?"},
 		{"tiny-random-qwen2", "model.layers.1.self_attn.o_proj.bias", 64,
 			"tensor model.layers.1.self_attn.o_proj.bias is stored, but HF Qwen2Attention has no o_proj bias, so it would be ignored, which changes the result: is config.json's model_type right?"},
 	}
@@ -225,4 +223,125 @@ func TestConvertTruncatedSource(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Dir(out))
 	require.NoError(t, err)
 	require.Empty(t, entries, "a temporary file was left behind")
+}
+
+// setConfig edits dir/config.json: key set to v, or removed when v is nil.
+func setConfig(t *testing.T, dir, key string, v any) {
+	t.Helper()
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	if v == nil {
+		delete(m, key)
+	} else {
+		m[key] = v
+	}
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+}
+
+// TestTieDefaultUntied (issue 23 item 5, a regression): a config.json
+// without tie_word_embeddings is untied, as HF's LlamaConfig and
+// Qwen2Config default it, so a stored lm_head.weight is the output
+// projection: the logits equal those of the same folder with an explicit
+// "tie_word_embeddings": false exactly, and differ from the tied model's.
+// Without an lm_head.weight the load is refused, saying where false came
+// from.
+func TestTieDefaultUntied(t *testing.T) {
+	withHead := func(ts map[string]format.Tensor) {
+		h := ts["model.embed_tokens.weight"]
+		h.Name, h.Data = "lm_head.weight", append([]byte(nil), h.Data...)
+		for i := 0; i < len(h.Data); i += 4 {
+			h.Data[i+3] ^= 0x80 // the negated embedding: a different matrix, finite logits
+		}
+		ts[h.Name] = h
+	}
+	absent := editedCopy(t, "stories260k", withHead)
+	setConfig(t, absent, "tie_word_embeddings", nil)
+	explicit := editedCopy(t, "stories260k", withHead)
+	setConfig(t, explicit, "tie_word_embeddings", false)
+
+	ck, m, err := hf.Load(absent)
+	require.NoError(t, err)
+	defer ck.Close()
+	require.False(t, ck.Config.TieEmbeddings)
+	require.Empty(t, ck.Ignored, "the stored lm_head is read, not ignored")
+	ck2, m2, err := hf.Load(explicit)
+	require.NoError(t, err)
+	defer ck2.Close()
+	_, tied := openHF(t, "stories260k")
+	prompt := []int{1, 403, 407, 261}
+	got, err := m.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	want, err := m2.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "absent tie_word_embeddings must read as false")
+	tiedLogits, err := tied.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	require.NotEqual(t, tiedLogits, got, "the stored lm_head must be the output projection")
+
+	// Converted, the file keeps the head and runs as the folder does.
+	_, fm, _ := convertFile(t, ck, allLayers(ck, convert.Options{Gamma: 1, Delta: 0.3, Random: true}))
+	fromFile, err := fm.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	for j := range want {
+		requireClose(t, want[j], fromFile[j], "logit %d", j)
+	}
+
+	// No lm_head and no key: refused, naming the default's source.
+	bare := editedCopy(t, "stories260k", func(map[string]format.Tensor) {})
+	setConfig(t, bare, "tie_word_embeddings", nil)
+	_, _, err = hf.Load(bare)
+	require.EqualError(t, err, bare+`: tensor lm_head.weight not found, and tie_word_embeddings is false (absent from config.json: HF LlamaConfig's default), so the output projection is its own matrix, not the embedding (HF would start it at random): set "tie_word_embeddings": true in config.json if the model is tied`)
+}
+
+// TestUnknownTensorSkipped (issue 23 item 5, a regression): a tensor the
+// architecture does not have is skipped with a warning naming it, as HF's
+// from_pretrained skips unexpected weights (the model runs as without it,
+// the .sinf file does not store it); Strict refuses it, at load and at
+// conversion.
+func TestUnknownTensorSkipped(t *testing.T) {
+	names := []string{"model.layers.0.self_attn.q_norm.weight", "model.layers.1.self_attn.q_norm.weight"}
+	dir := editedCopy(t, "stories260k", func(ts map[string]format.Tensor) {
+		for _, n := range names {
+			ts[n] = format.Tensor{Name: n, DType: format.F32, Shape: []int{8}, Data: make([]byte, 32)}
+		}
+	})
+	ck, m, err := hf.Load(dir)
+	require.NoError(t, err)
+	defer ck.Close()
+	require.Equal(t, names, ck.Unknown)
+	warning := "tensors model.layers.0.self_attn.q_norm.weight, model.layers.1.self_attn.q_norm.weight are not part of a llama model (HF LlamaForCausalLM): skipped, as HF skips unexpected weights with a warning; is config.json's model_type right? (--strict refuses them)"
+	require.Equal(t, []string{warning}, ck.Warnings)
+	_, ref := openHF(t, "stories260k")
+	prompt := []int{1, 403, 407, 261}
+	got, err := m.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	want, err := ref.NewSession(pool(t), 16).Forward(prompt, false)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	out := filepath.Join(t.TempDir(), "m.sinf")
+	rep, err := convert.Convert(ck, out, allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
+	require.NoError(t, err)
+	require.Equal(t, []string{dir + ": " + warning}, rep.Warnings)
+	f, err := format.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	require.False(t, f.Has(names[0]))
+
+	strictErr := dir + ": tensors model.layers.0.self_attn.q_norm.weight, model.layers.1.self_attn.q_norm.weight are not part of a llama model (HF LlamaForCausalLM), and --strict refuses tensors the model does not read: is config.json's model_type right?"
+	_, _, err = hf.LoadWith(dir, hf.Options{Strict: true})
+	require.EqualError(t, err, strictErr)
+	ck2, err := hf.Open(dir)
+	require.NoError(t, err)
+	defer ck2.Close()
+	ck2.Strict = true
+	out2 := filepath.Join(t.TempDir(), "m.sinf")
+	_, err = convert.Convert(ck2, out2, allLayers(ck2, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true}))
+	require.EqualError(t, err, strictErr)
+	require.NoFileExists(t, out2)
 }

@@ -8,8 +8,11 @@ import (
 	"strings"
 )
 
-// RopeScaling is HF's rope_scaling block; only rope_type "llama3" changes the
-// frequencies (transformers modeling_rope_utils.py, _compute_llama3_parameters).
+// RopeScaling is HF's rope_scaling block (transformers modeling_rope_utils.py):
+// rope_type "linear" divides every frequency by factor, so position p turns
+// as p / factor would (_compute_linear_scaling_rope_parameters); "llama3"
+// divides the low frequencies only, smoothly (_compute_llama3_parameters).
+// Other types are refused.
 type RopeScaling struct {
 	Type                          string  `json:"rope_type"`
 	Factor                        float64 `json:"factor"`
@@ -33,11 +36,14 @@ type Config struct {
 	RMSNormEps    float64      // rms_norm_eps
 	RopeTheta     float64      // rope_theta
 	RopeScaling   *RopeScaling // nil when none
-	TieEmbeddings bool         // tie_word_embeddings
-	AttentionBias bool         // q/k/v (and o for llama) projections carry biases
-	BOS           int          // bos_token_id, -1 when absent
-	EOS           []int        // eos_token_id (an int or a list)
-	HiddenAct     string       // hidden_act; only "silu" is supported
+	TieEmbeddings bool         // tie_word_embeddings, or the architecture's default (TieDefault)
+	// TieFromConfig says tie_word_embeddings was set in config.json; when
+	// false, TieEmbeddings is the architecture's default (see TieNote).
+	TieFromConfig bool
+	AttentionBias bool   // q/k/v (and o for llama) projections carry biases
+	BOS           int    // bos_token_id, -1 when absent
+	EOS           []int  // eos_token_id (an int or a list)
+	HiddenAct     string // hidden_act; only "silu" is supported
 	// SlidingWindow is Qwen2's sliding_window when use_sliding_window is
 	// true and some layer uses it (a layer i ≥ max_window_layers, HF
 	// Qwen2Attention), else 0. sinf computes full attention, which equals
@@ -77,6 +83,31 @@ func (c Config) MaxContext() int {
 
 // Architectures lists the model_type values this runtime runs.
 var Architectures = map[string]bool{"llama": true, "qwen2": true}
+
+// TieDefault is tie_word_embeddings when config.json does not set it, per
+// model_type, as HF's config classes default it: LlamaConfig and
+// Qwen2Config both say false (transformers configuration_llama.py,
+// configuration_qwen2.py), so such a model has its own lm_head.weight.
+var TieDefault = map[string]bool{"llama": false, "qwen2": false}
+
+// configClass is HF's config class of a model_type, for messages.
+func configClass(modelType string) string {
+	if modelType == "qwen2" {
+		return "Qwen2Config"
+	}
+	return "LlamaConfig"
+}
+
+// TieNote says what tie_word_embeddings is and where the value came from,
+// for messages: `tie_word_embeddings is true (config.json)` or
+// `tie_word_embeddings is false (absent from config.json: HF LlamaConfig's
+// default)`.
+func (c Config) TieNote() string {
+	if c.TieFromConfig {
+		return fmt.Sprintf("tie_word_embeddings is %v (config.json)", c.TieEmbeddings)
+	}
+	return fmt.Sprintf("tie_word_embeddings is %v (absent from config.json: HF %s's default)", c.TieEmbeddings, configClass(c.ModelType))
+}
 
 type hfConfig struct {
 	ModelType         string          `json:"model_type"`
@@ -130,13 +161,13 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		MaxPositions:  h.MaxPositions,
 		RMSNormEps:    h.RMSNormEps,
 		RopeTheta:     h.RopeTheta,
-		TieEmbeddings: true,
+		TieEmbeddings: TieDefault[h.ModelType],
 		AttentionBias: h.AttentionBias || h.ModelType == "qwen2",
 		BOS:           -1,
 		HiddenAct:     h.HiddenAct,
 	}
 	if h.TieWordEmbeddings != nil {
-		c.TieEmbeddings = *h.TieWordEmbeddings
+		c.TieEmbeddings, c.TieFromConfig = *h.TieWordEmbeddings, true
 	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads
@@ -215,13 +246,18 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		}
 		switch rs.Type {
 		case "default", "":
+		case "linear":
+			if !(rs.Factor > 0) || math.IsInf(rs.Factor, 0) {
+				return Config{}, fmt.Errorf("%s: field rope_scaling: linear needs a positive factor, found %g", name, rs.Factor)
+			}
+			c.RopeScaling = &rs
 		case "llama3":
 			if rs.Factor <= 0 || rs.LowFreqFactor <= 0 || rs.HighFreqFactor <= rs.LowFreqFactor || rs.OriginalMaxPositionEmbeddings <= 0 {
 				return Config{}, fmt.Errorf("%s: field rope_scaling: llama3 needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings", name)
 			}
 			c.RopeScaling = &rs
 		default:
-			return Config{}, fmt.Errorf("%s: rope_scaling type %q is not supported (supported: llama3)", name, rs.Type)
+			return Config{}, fmt.Errorf("%s: rope_scaling type %q is not supported (supported: linear, llama3)", name, rs.Type)
 		}
 	}
 	if h.UseSlidingWindow && h.SlidingWindow != nil {
@@ -272,7 +308,9 @@ func parseTokenList(raw json.RawMessage) ([]int, error) {
 }
 
 // RopeInvFreq returns the inverse frequencies θ_i = theta^(-2i/d), i < d/2,
-// adjusted by llama3 scaling when configured (HF _compute_llama3_parameters).
+// adjusted by the rope_scaling when configured: linear divides each by
+// factor (HF _compute_linear_scaling_rope_parameters), llama3 as HF
+// _compute_llama3_parameters.
 func (c Config) RopeInvFreq() []float64 {
 	half := c.HeadDim / 2
 	inv := make([]float64, half)
@@ -280,6 +318,12 @@ func (c Config) RopeInvFreq() []float64 {
 		inv[i] = 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim))
 	}
 	rs := c.RopeScaling
+	if rs != nil && rs.Type == "linear" {
+		for i := range inv {
+			inv[i] /= rs.Factor
+		}
+		return inv
+	}
 	if rs == nil || rs.Type != "llama3" {
 		return inv
 	}

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,22 @@ func TestGenerateRejectsNaN(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.NewSession(newPool(t), 0).Generate([]int{1, 5, 6}, runtime.GenerateOptions{MaxTokens: 4})
 	require.ErrorContains(t, err, "not finite")
+}
+
+// TestTieDefault (issue 23 item 5): tie_word_embeddings absent from
+// config.json is false for llama and qwen2, as HF's LlamaConfig and
+// Qwen2Config default it, and TieNote says where the value came from.
+func TestTieDefault(t *testing.T) {
+	base := `"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":64`
+	for _, c := range []struct{ json, note string }{
+		{`{"model_type":"llama",` + base + `}`, "tie_word_embeddings is false (absent from config.json: HF LlamaConfig's default)"},
+		{`{"model_type":"qwen2",` + base + `}`, "tie_word_embeddings is false (absent from config.json: HF Qwen2Config's default)"},
+		{`{"model_type":"llama","tie_word_embeddings":true,` + base + `}`, "tie_word_embeddings is true (config.json)"},
+		{`{"model_type":"qwen2","tie_word_embeddings":false,` + base + `}`, "tie_word_embeddings is false (config.json)"},
+	} {
+		cfg, err := runtime.ParseConfig("c", []byte(c.json))
+		require.NoError(t, err)
+		require.Equal(t, c.note, cfg.TieNote(), c.json)
+		require.Equal(t, strings.Contains(c.note, "true"), cfg.TieEmbeddings, c.json)
+	}
 }

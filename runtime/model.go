@@ -177,7 +177,8 @@ func LoadUsed(cfg Config, src Source, opt LoadOptions) (*Model, map[string]bool,
 
 // Load binds the source's tensors to a Model of the given config. It checks
 // every tensor's presence and shape and returns an error naming the tensor,
-// the expected and the found shape. A tied model (tie_word_embeddings) uses
+// the expected and the found shape. A tied model (tie_word_embeddings, or
+// the architecture's default when config.json does not set it: TieDefault) uses
 // model.embed_tokens.weight as the output projection even when an
 // lm_head.weight is stored, as HF's tie_weights does; one storing only
 // lm_head.weight uses that for both (spec §6.1). The o_proj bias is read
@@ -198,6 +199,8 @@ func Load(cfg Config, src Source, opt LoadOptions) (*Model, error) {
 	}
 	if cfg.TieEmbeddings {
 		headName = embedName
+	} else if !src.Has(headName) {
+		return nil, fmt.Errorf("tensor %s not found, and %s, so the output projection is its own matrix, not the embedding (HF would start it at random): set \"tie_word_embeddings\": true in config.json if the model is tied", headName, cfg.TieNote())
 	}
 	if m.LMHead, err = mat(src, headName, cfg.Vocab, H); err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ func benchCommand() *cli.Command {
 			"   [--threads N] [--busy N] [--prompt-tokens 64] [--gen-tokens 32] [--repeat 3] [--json]",
 		Flags: append(runcmd.SparsityFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
+			strictFlag(),
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage + "; also used for the bandwidth measurement"},
 			&cli.IntFlag{Name: "busy", Usage: "run N busy-loop processes (one CPU each) during the measurement: speed on a device whose CPUs other work uses"},
 			&cli.IntFlag{Name: "prompt-tokens", Value: 64, Usage: "prompt length P (a fixed pseudo-random sequence of valid ids)"},
@@ -51,7 +52,7 @@ func benchCommand() *cli.Command {
 			if mib := c.Int("bandwidth-mib"); mib < 0 || mib > maxBandwidthMiB {
 				return fmt.Errorf("--bandwidth-mib %d: want 0 (skip) to %d", mib, maxBandwidthMiB)
 			}
-			l, err := openModel(c.String("model"), false)
+			l, err := openModel(c.String("model"), false, c.Bool("strict"), c.App.ErrWriter)
 			if err != nil {
 				return err
 			}

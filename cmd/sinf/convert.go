@@ -24,6 +24,7 @@ func convertCommand() *cli.Command {
 			"   [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
+			strictFlag(),
 			&cli.StringFlag{Name: "task-scores", Usage: "task-level score file (sinf merge of one task's profiles)"},
 			&cli.StringFlag{Name: "model-scores", Usage: "model-level score file (sinf merge across tasks)"},
 			&cli.Float64Flag{Name: "gamma", Value: d.Gamma, Usage: "gamma: fraction of each layer's N neurons stored"},
@@ -54,6 +55,7 @@ func convertCommand() *cli.Command {
 				return err
 			}
 			defer ck.Close()
+			ck.Strict = c.Bool("strict")
 			opt := convert.Options{
 				Gamma: c.Float64("gamma"), Delta: c.Float64("delta"),
 				FirstLayer: c.Int("first-layer"), LastLayer: c.Int("last-layer"),
@@ -110,6 +112,9 @@ func convertCommand() *cli.Command {
 			}
 			for _, f := range rep.Ignored {
 				fmt.Fprintf(c.App.ErrWriter, "note: not stored: %s\n", f)
+			}
+			for _, f := range rep.Warnings {
+				fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", f)
 			}
 			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
 				rep.Path, human(rep.Bytes), human(rep.SourceBytes), 100*float64(rep.Bytes)/float64(rep.SourceBytes),

@@ -26,6 +26,7 @@ func evalCommand() *cli.Command {
 			"   [--limit N] [--split profile|eval|all] [--offset N] [--mass] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
 		Flags: append(append(runcmd.SparsityFlags(), splitFlags(dataset.SplitEval)...), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
+			strictFlag(),
 			&cli.StringFlag{Name: "task", Required: true, Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate the first N examples (perplexity: N windows; 0: all)"},
 			dataDirFlag(),
@@ -51,7 +52,7 @@ func evalCommand() *cli.Command {
 			if err := checkTaskData(task, dir); err != nil {
 				return err
 			}
-			l, err := openModel(c.String("model"), false)
+			l, err := openModel(c.String("model"), false, c.Bool("strict"), c.App.ErrWriter)
 			if err != nil {
 				return err
 			}

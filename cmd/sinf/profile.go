@@ -55,6 +55,7 @@ func profileCommand() *cli.Command {
 			"   [--split profile|eval|all] [--offset N] [--shard I/N] [--batch B] [--data-dir DIR] --out FILE",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
+			strictFlag(),
 			&cli.StringFlag{Name: "dataset", Required: true, Usage: "a built-in dataset (" + strings.Join(dataset.Names(), ", ") + ") or a JSONL file with a \"prompt\" field"},
 			&cli.StringFlag{Name: "task", Usage: "task label recorded in the score file (default: the dataset name)"},
 			&cli.IntFlag{Name: "limit", Usage: "profile at most N prompts (0: all)"},
@@ -96,14 +97,20 @@ func profileCommand() *cli.Command {
 			if err := checkOutFile(c.String("out")); err != nil {
 				return err
 			}
-			ck, m, err := hf.Load(c.String("model"))
+			ck, m, err := hf.LoadWith(c.String("model"), hf.Options{Strict: c.Bool("strict")})
 			if err != nil {
 				return err
 			}
 			defer ck.Close()
+			for _, w := range ck.Warnings {
+				fmt.Fprintf(c.App.ErrWriter, "warning: %s: %s\n", c.String("model"), w)
+			}
 			tok, err := tokenizer.Load(c.String("model"))
 			if err != nil {
 				return err
+			}
+			for _, w := range tok.Warnings() {
+				fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
 			}
 			sel, err := selection(c, c.String("dataset"), dataset.SplitProfile)
 			if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -20,13 +21,23 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "generate text from a .sinf file or an HF checkpoint folder",
 		UsageText: "sinf run --model FILE.sinf|DIR --prompt TEXT [options]",
-		Flags:     runcmd.Flags(),
-		Action:    runcmd.Action(openModel),
+		Flags:     append(runcmd.Flags(), strictFlag()),
+		Action: func(c *cli.Context) error {
+			return runcmd.Action(func(path string, verify bool) (*runcmd.Loaded, error) {
+				return openModel(path, verify, c.Bool("strict"), c.App.ErrWriter)
+			})(c)
+		},
 	}
 }
 
-// openModel opens a .sinf file or an HF checkpoint folder.
-func openModel(path string, verify bool) (*runcmd.Loaded, error) {
+// strictFlag is --strict, for the commands that read HF checkpoint folders.
+func strictFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "strict", Usage: "HF checkpoint folder: refuse stored tensors the architecture does not have (without it they are skipped with a warning, as HF skips unexpected weights)"}
+}
+
+// openModel opens a .sinf file or an HF checkpoint folder (strict:
+// hf.Options.Strict), writing the folder's notes and warnings to w.
+func openModel(path string, verify, strict bool, w io.Writer) (*runcmd.Loaded, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -37,7 +48,7 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 	if verify {
 		return nil, fmt.Errorf("--verify checks the checksums of a .sinf file; %s is an HF checkpoint folder, which stores none", path)
 	}
-	ck, m, tok, err := hf.LoadModel(path)
+	ck, m, tok, err := hf.LoadModel(path, hf.Options{Strict: strict})
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +58,13 @@ func openModel(path string, verify bool) (*runcmd.Loaded, error) {
 		return nil, err
 	}
 	for _, f := range ck.Ignored {
-		fmt.Fprintf(os.Stderr, "note: %s: %s\n", path, f)
+		fmt.Fprintf(w, "note: %s: %s\n", path, f)
+	}
+	for _, f := range ck.Warnings {
+		fmt.Fprintf(w, "warning: %s: %s\n", path, f)
+	}
+	for _, f := range tok.Warnings() {
+		fmt.Fprintf(w, "warning: %s\n", f)
 	}
 	size := ck.WeightBytes()
 	return &runcmd.Loaded{Model: m, Tok: tok, Kind: "hf", Path: path, FileBytes: size, MappedBytes: size, Gen: gen, Close: ck.Close}, nil
@@ -71,6 +88,9 @@ func tokenizeCommand() *cli.Command {
 			} else if fi.IsDir() {
 				if tok, err = tokenizer.Load(path); err != nil {
 					return err
+				}
+				for _, w := range tok.Warnings() {
+					fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
 				}
 			} else {
 				l, err := runcmd.OpenSinf(path, false)

@@ -30,7 +30,7 @@ func Open(path string) (*Loaded, error) {
 		}
 		return &Loaded{Model: m, Tok: tok, FileBytes: f.Size(), Close: f.Close}, nil
 	}
-	ck, m, tok, err := hf.LoadModel(path)
+	ck, m, tok, err := hf.LoadModel(path, hf.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -36,10 +36,24 @@ type Checkpoint struct {
 	// Ignored lists the stored tensors the model does not read, each with
 	// the reason (runtime.UnusedTensors); Validate fills it.
 	Ignored []string
+	// Unknown lists the stored tensors the architecture does not have
+	// (runtime.UnusedTensors), sorted; Validate fills it. They are skipped,
+	// as HF's from_pretrained skips unexpected weights, with a warning in
+	// Warnings, unless Strict is set.
+	Unknown []string
+	// Strict makes Validate and Load refuse Unknown tensors instead.
+	Strict bool
+	// Warnings are sentences for the user about what was skipped (the
+	// Unknown tensors); Validate fills it.
+	Warnings []string
 
 	files   []*stFile
 	tensors map[string]tensorRef
 	names   []string // sorted
+	// index is model.safetensors.index.json's weight_map (tensor → shard
+	// file name), nil for a single model.safetensors; indexPath its path.
+	index     map[string]string
+	indexPath string
 }
 
 type stFile struct {
@@ -56,7 +70,8 @@ type tensorRef struct {
 // Open reads dir's config.json and maps its safetensors files. Errors name the
 // file and, where one is at fault, the field or tensor: an unknown model_type,
 // a truncated file, an absurd header length, offsets past the end, a dtype
-// this runtime does not read.
+// this runtime does not read, an index entry naming a shard that does not
+// hold the tensor (checkIndex).
 func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, tensors: map[string]tensorRef{}}
 	cfgPath := filepath.Join(dir, "config.json")
@@ -70,7 +85,7 @@ func Open(dir string) (*Checkpoint, error) {
 	if g, err := format.ReadRegularFile(filepath.Join(dir, "generation_config.json")); err == nil {
 		c.GenerationConfig = g
 	}
-	files, err := weightFiles(dir)
+	files, err := c.weightFiles()
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +95,10 @@ func Open(dir string) (*Checkpoint, error) {
 			return nil, err
 		}
 	}
+	if err := c.checkIndex(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	for n := range c.tensors {
 		c.names = append(c.names, n)
 	}
@@ -87,9 +106,12 @@ func Open(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
-// weightFiles lists the safetensors files of dir: the shards named by
-// model.safetensors.index.json, else model.safetensors.
-func weightFiles(dir string) ([]string, error) {
+// weightFiles lists the safetensors files of c.Dir: the shards named by
+// model.safetensors.index.json (whose weight_map it keeps in c.index), else
+// model.safetensors. A shard name that is not a file name in the folder
+// (a path, "", "." or "..") is an error naming the entry.
+func (c *Checkpoint) weightFiles() ([]string, error) {
+	dir := c.Dir
 	idxPath := filepath.Join(dir, "model.safetensors.index.json")
 	raw, err := format.ReadRegularFile(idxPath)
 	if errors.Is(err, os.ErrNotExist) {
@@ -113,9 +135,10 @@ func weightFiles(dir string) ([]string, error) {
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, f := range idx.WeightMap {
-		if f != filepath.Base(f) {
-			return nil, fmt.Errorf("%s: field weight_map names %q outside the folder", idxPath, f)
+	for _, name := range sortedKeys(idx.WeightMap) {
+		f := idx.WeightMap[name]
+		if f == "" || f == "." || f == ".." || f != filepath.Base(f) {
+			return nil, fmt.Errorf("%s: field weight_map entry %q names shard %q, which is not a file name in the folder", idxPath, name, f)
 		}
 		if !seen[f] {
 			seen[f] = true
@@ -123,7 +146,35 @@ func weightFiles(dir string) ([]string, error) {
 		}
 	}
 	sort.Strings(out)
+	c.index, c.indexPath = idx.WeightMap, idxPath
 	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// checkIndex checks the index against the shard headers: every tensor it
+// lists is stored in the shard it names (addFile took a tensor stored in
+// two shards from that one). Errors name the index, the entry and the
+// shard.
+func (c *Checkpoint) checkIndex() error {
+	for _, name := range sortedKeys(c.index) {
+		shard := c.index[name]
+		ref, ok := c.tensors[name]
+		switch {
+		case !ok:
+			return fmt.Errorf("%s: field weight_map entry %q names shard %s, which does not hold it (no shard does)", c.indexPath, name, shard)
+		case filepath.Base(ref.file.path) != shard:
+			return fmt.Errorf("%s: field weight_map entry %q names shard %s, which does not hold it (%s does)", c.indexPath, name, shard, filepath.Base(ref.file.path))
+		}
+	}
+	return nil
 }
 
 func (c *Checkpoint) mapFile(path string) error {
@@ -152,7 +203,9 @@ func (c *Checkpoint) mapFile(path string) error {
 }
 
 // addFile parses the safetensors file sf (its data read or mapped) and adds
-// its tensors to c.
+// its tensors to c. A tensor already added from another file is an error,
+// unless the index names one of the two files for it: that one serves it
+// (as HF loads each tensor from the shard its index names).
 func (c *Checkpoint) addFile(sf *stFile) (err error) {
 	path, data := sf.path, sf.data
 	if err := sthead.Check(path, data); err != nil {
@@ -166,7 +219,16 @@ func (c *Checkpoint) addFile(sf *stFile) (err error) {
 			return fmt.Errorf("%s: tensor %s: %w", path, nv.Name, err)
 		}
 		if prev, dup := c.tensors[nv.Name]; dup {
-			return fmt.Errorf("%s: tensor %s also stored in %s", path, nv.Name, prev.file.path)
+			want, listed := c.index[nv.Name]
+			switch {
+			case listed && filepath.Base(prev.file.path) == want:
+				continue
+			case listed && filepath.Base(path) == want:
+			case listed:
+				return fmt.Errorf("%s: tensor %s also stored in %s, and %s names neither (it names %s)", path, nv.Name, prev.file.path, c.indexPath, want)
+			default:
+				return fmt.Errorf("%s: tensor %s also stored in %s", path, nv.Name, prev.file.path)
+			}
 		}
 		c.tensors[nv.Name] = tensorRef{file: sf, name: nv.Name}
 	}
@@ -267,9 +329,10 @@ func (c *Checkpoint) Close() error {
 
 // Validate checks the whole model a runtime loads from the checkpoint (every
 // tensor's presence, shape and dtype: runtime.Check) and that every stored
-// tensor is either read or harmless to ignore (runtime.UnusedTensors, whose
-// reasons it keeps in c.Ignored). It returns the names the model reads.
-// Errors name the folder and the tensor.
+// tensor is either read, harmless to ignore (runtime.UnusedTensors, whose
+// reasons it keeps in c.Ignored) or unknown to the architecture (c.Unknown:
+// skipped with a warning in c.Warnings, an error with c.Strict). It returns
+// the names the model reads. Errors name the folder and the tensor.
 func (c *Checkpoint) Validate() (used map[string]bool, err error) {
 	if used, err = runtime.Check(c.Config, c, runtime.LoadOptions{}); err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Dir, err)
@@ -277,20 +340,38 @@ func (c *Checkpoint) Validate() (used map[string]bool, err error) {
 	return used, c.checkUnused(used)
 }
 
-// checkUnused sets c.Ignored from the tensors the model did not read, or
-// fails naming one that changes the result (runtime.UnusedTensors).
+// checkUnused sets c.Ignored, c.Unknown and c.Warnings from the tensors
+// the model did not read, or fails naming one that changes the result
+// (runtime.UnusedTensors), or, with c.Strict, the unknown ones.
 func (c *Checkpoint) checkUnused(used map[string]bool) (err error) {
-	if c.Ignored, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
+	c.Warnings = nil
+	if c.Ignored, c.Unknown, err = runtime.UnusedTensors(c.Config, c.names, used, c); err != nil {
 		return fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	if len(c.Unknown) > 0 {
+		if c.Strict {
+			return fmt.Errorf("%s: %w", c.Dir, runtime.UnknownError(c.Config, c.Unknown))
+		}
+		c.Warnings = append(c.Warnings, runtime.UnknownWarning(c.Config, c.Unknown))
 	}
 	return nil
 }
 
+// Options says how Load and LoadModel read a checkpoint folder.
+type Options struct {
+	// Strict refuses stored tensors the architecture does not have
+	// (Checkpoint.Strict); without it they are skipped with a warning.
+	Strict bool
+}
+
 // Load opens dir, validates it (as Validate; the ignored tensors are in the
-// checkpoint's Ignored) and binds its weights to a runtime.Model (all layers
-// whole), binding them once. On an error, a memory fault included, nothing
-// stays open.
-func Load(dir string) (_ *Checkpoint, _ *runtime.Model, err error) {
+// checkpoint's Ignored, the skipped unknown ones in Unknown and Warnings)
+// and binds its weights to a runtime.Model (all layers whole), binding them
+// once. On an error, a memory fault included, nothing stays open.
+func Load(dir string) (*Checkpoint, *runtime.Model, error) { return LoadWith(dir, Options{}) }
+
+// LoadWith is Load with Options.
+func LoadWith(dir string, opt Options) (_ *Checkpoint, _ *runtime.Model, err error) {
 	var c *Checkpoint
 	defer func() {
 		if err != nil && c != nil {
@@ -302,6 +383,7 @@ func Load(dir string) (_ *Checkpoint, _ *runtime.Model, err error) {
 		c = nil
 		return nil, nil, err
 	}
+	c.Strict = opt.Strict
 	m, used, err := runtime.LoadUsed(c.Config, c, runtime.LoadOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", dir, err)
@@ -332,10 +414,10 @@ func CatchFault(dir string, err *error) func() {
 	}
 }
 
-// LoadModel is Load plus the folder's tokenizer (tokenizer.json and
+// LoadModel is LoadWith plus the folder's tokenizer (tokenizer.json and
 // tokenizer_config.json).
-func LoadModel(dir string) (*Checkpoint, *runtime.Model, *tokenizer.Tokenizer, error) {
-	c, m, err := Load(dir)
+func LoadModel(dir string, opt Options) (*Checkpoint, *runtime.Model, *tokenizer.Tokenizer, error) {
+	c, m, err := LoadWith(dir, opt)
 	if err != nil {
 		return nil, nil, nil, err
 	}

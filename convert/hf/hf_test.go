@@ -169,3 +169,110 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+var shardNames = [2]string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+
+// shardedCopy writes stories260k as two shards and an index: tensor i goes
+// to shard i%2, plus the shards in extra[name] (an altered copy: its first
+// byte flipped); index, when not nil, edits the weight_map.
+func shardedCopy(t *testing.T, extra map[string][]int, index func(weightMap map[string]string)) string {
+	t.Helper()
+	dir := copyModel(t, "stories260k")
+	ck, err := hf.Open(sharedtest.Path(t, "models", "stories260k"))
+	require.NoError(t, err)
+	defer ck.Close()
+	require.NoError(t, os.Remove(filepath.Join(dir, "model.safetensors")))
+	weightMap := map[string]string{}
+	shards := [2]map[string]any{{}, {}}
+	var data [2][]byte
+	put := func(s int, name string, b []byte, shape []int, dtype string) {
+		shards[s][name] = map[string]any{"dtype": dtype, "shape": shape, "data_offsets": []int{len(data[s]), len(data[s]) + len(b)}}
+		data[s] = append(data[s], b...)
+	}
+	for i, name := range ck.Names() {
+		tt, err := ck.Tensor(name)
+		require.NoError(t, err)
+		put(i%2, name, tt.Data, tt.Shape, tt.DType.String())
+		weightMap[name] = shardNames[i%2]
+		for _, s := range extra[name] {
+			b := append([]byte(nil), tt.Data...)
+			b[0] ^= 0xff
+			put(s, name, b, tt.Shape, tt.DType.String())
+		}
+	}
+	for s, fname := range shardNames {
+		hb, _ := json.Marshal(shards[s])
+		out := binary.LittleEndian.AppendUint64(nil, uint64(len(hb)))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fname), append(append(out, hb...), data[s]...), 0o644))
+	}
+	if index != nil {
+		index(weightMap)
+	}
+	idx, _ := json.Marshal(map[string]any{"weight_map": weightMap})
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), idx, 0o644))
+	return dir
+}
+
+// TestIndexAgainstShards (issue 23 item 5): the index decides which shard
+// serves a tensor stored in two (HF loads it from there), and an index
+// entry naming a shard that does not hold the tensor, a tensor no shard
+// holds, or a shard "." or ".." is an error naming the entry.
+func TestIndexAgainstShards(t *testing.T) {
+	const norm = "model.norm.weight"
+	orig, err := hf.Open(sharedtest.Path(t, "models", "stories260k"))
+	require.NoError(t, err)
+	defer orig.Close()
+	want, err := orig.Tensor(norm)
+	require.NoError(t, err)
+	home := -1 // the shard shardedCopy puts norm in
+	for i, n := range orig.Names() {
+		if n == norm {
+			home = i % 2
+		}
+	}
+	other := 1 - home
+
+	// Stored in both shards: the index names the unaltered copy's shard,
+	// then the altered copy's.
+	dir := shardedCopy(t, map[string][]int{norm: {other}}, nil)
+	ck, _, err := hf.Load(dir)
+	require.NoError(t, err)
+	got, err := ck.Tensor(norm)
+	require.NoError(t, err)
+	require.Equal(t, want.Data, got.Data, "the shard the index names serves the tensor")
+	ck.Close()
+	dir = shardedCopy(t, map[string][]int{norm: {other}}, func(w map[string]string) { w[norm] = shardNames[other] })
+	ck, _, err = hf.Load(dir)
+	require.NoError(t, err)
+	got, err = ck.Tensor(norm)
+	require.NoError(t, err)
+	require.Equal(t, want.Data[0]^0xff, got.Data[0], "the shard the index names serves the tensor")
+	require.Equal(t, want.Data[1:], got.Data[1:])
+	ck.Close()
+
+	idx := func(dir string) string { return filepath.Join(dir, "model.safetensors.index.json") }
+	for _, c := range []struct {
+		name  string
+		edit  func(map[string]string)
+		extra map[string][]int
+		want  string
+	}{
+		{"wrong shard", func(w map[string]string) { w[norm] = shardNames[other] }, nil,
+			`: field weight_map entry "model.norm.weight" names shard ` + shardNames[other] + `, which does not hold it (` + shardNames[home] + ` does)`},
+		{"no shard holds it", func(w map[string]string) { w["model.layers.9.mlp.up_proj.weight"] = shardNames[0] }, nil,
+			`: field weight_map entry "model.layers.9.mlp.up_proj.weight" names shard ` + shardNames[0] + `, which does not hold it (no shard does)`},
+		{"dot dot", func(w map[string]string) { w[norm] = ".." }, nil,
+			`: field weight_map entry "model.norm.weight" names shard "..", which is not a file name in the folder`},
+		{"dot", func(w map[string]string) { w[norm] = "." }, nil,
+			`: field weight_map entry "model.norm.weight" names shard ".", which is not a file name in the folder`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := shardedCopy(t, c.extra, c.edit)
+			ck, _, err := hf.Load(dir)
+			if ck != nil {
+				ck.Close()
+			}
+			require.EqualError(t, err, idx(dir)+c.want)
+		})
+	}
+}

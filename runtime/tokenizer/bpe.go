@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -126,6 +128,58 @@ func newBPE(m *bpeJSON, field string) (*bpe, error) {
 	}
 	return b, nil
 }
+
+// mergelessWarning returns the warning for a BPE model with no merges whose
+// vocabulary has tokens of more than one character, or "". Encoding splits
+// each pre-token into characters and only merges join them (HF does the
+// same), so such tokens are never produced: the merges were probably lost
+// when the file was written. A token is not counted when it is reachable
+// without merges: an added token (matched in the text), the unk token, a
+// <0xXX> byte-fallback token, or one character with the
+// continuing_subword_prefix before it or the end_of_word_suffix after it;
+// ignore_merges (whole pre-tokens looked up first) reaches any token.
+func mergelessWarning(m *bpeJSON, added map[string]int) string {
+	if len(m.Merges) > 0 || m.IgnoreMerges {
+		return ""
+	}
+	var multi []string
+	for tok := range m.Vocab {
+		if _, ok := added[tok]; ok || (m.UnkToken != nil && tok == *m.UnkToken) || isByteToken(tok) {
+			continue
+		}
+		core := tok
+		if m.ContinuingSubwordPrefix != nil {
+			core = strings.TrimPrefix(core, *m.ContinuingSubwordPrefix)
+		}
+		if m.EndOfWordSuffix != nil {
+			core = strings.TrimSuffix(core, *m.EndOfWordSuffix)
+		}
+		if utf8.RuneCountInString(core) > 1 {
+			multi = append(multi, tok)
+		}
+	}
+	if len(multi) == 0 {
+		return ""
+	}
+	sort.Strings(multi)
+	examples := make([]string, 0, 3)
+	for _, tok := range multi[:min(3, len(multi))] {
+		examples = append(examples, strconv.Quote(tok))
+	}
+	count := fmt.Sprintf("%d tokens", len(multi))
+	if len(multi) == 1 {
+		count = "1 token"
+	}
+	return fmt.Sprintf("model.merges is empty, but model.vocab has %s of more than one character (such as %s), which only merges build: text is encoded character by character (as HF does), so the file is probably broken (were its merges lost?)",
+		count, strings.Join(examples, ", "))
+}
+
+// isByteToken reports whether tok is a byte-fallback token <0xXX>.
+func isByteToken(tok string) bool {
+	return len(tok) == 6 && strings.HasPrefix(tok, "<0x") && tok[5] == '>' && isHex(tok[3]) && isHex(tok[4])
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'A' <= c && c <= 'F' || 'a' <= c && c <= 'f' }
 
 // parseMerge reads one merges entry: "left right" or ["left", "right"].
 func parseMerge(raw json.RawMessage) (string, string, error) {

@@ -12,6 +12,9 @@
 //   - model: BPE (merges as "a b" strings or ["a","b"] pairs; byte_fallback,
 //     unk_token with fuse_unk, ignore_merges, continuing_subword_prefix,
 //     end_of_word_suffix). WordPiece, Unigram and WordLevel are refused.
+//     A BPE model with no merges whose vocabulary has tokens of several
+//     characters encodes character by character, as HF does, with a
+//     warning (Warnings): the merges were probably lost.
 //   - normalizer: Sequence, NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip.
 //   - pre_tokenizer: Sequence, Split, ByteLevel, Metaspace, Digits.
 //   - post_processor: TemplateProcessing (its leading special token is the
@@ -88,7 +91,14 @@ type Tokenizer struct {
 	addsBOS bool
 	bos     int
 	eos     []int
+
+	warnings []string // see Warnings
 }
+
+// Warnings returns sentences about a tokenizer file that loads but is
+// probably broken, for the user (empty for a sound file): a BPE vocabulary
+// with tokens of several characters and no merges to build them.
+func (t *Tokenizer) Warnings() []string { return t.warnings }
 
 // Load reads dir/tokenizer.json and, when present, dir/tokenizer_config.json.
 func Load(dir string) (*Tokenizer, error) {
@@ -260,6 +270,9 @@ func build(name string, data []byte) (*Tokenizer, error) {
 	}
 	for id, p := range t.pieces {
 		t.special[id] = t.present[id] && specialContent[p]
+	}
+	if w := mergelessWarning(&m, byContent); w != "" {
+		t.warnings = append(t.warnings, fmt.Sprintf("tokenizer %s: %s: %s", name, file, w))
 	}
 
 	// Added-token matchers. Normalized tokens are matched in their

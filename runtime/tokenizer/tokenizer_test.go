@@ -428,3 +428,30 @@ func FuzzEncode(f *testing.F) {
 		require.Equal(t, sp.Decode(ids), streamDecode(sp, ids))
 	})
 }
+
+// TestMergelessWarning (issue 23 item 5): a BPE vocabulary with tokens of
+// several characters and no merges encodes character by character, as HF
+// does, with a warning that the file is probably broken; a sound file, or
+// one whose long tokens are reachable without merges, gets none.
+func TestMergelessWarning(t *testing.T) {
+	broken := `{"added_tokens": [{"id": 5, "content": "<s>", "special": true}],
+		"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0, "b": 1, "ab": 2, "ba": 3, "<unk>": 4, "<s>": 5, "<0x41>": 6, "abb": 7}, "merges": []}}`
+	tk, err := New("x", []byte(broken), nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{`tokenizer x: tokenizer.json: model.merges is empty, but model.vocab has 3 tokens of more than one character (such as "ab", "abb", "ba"), which only merges build: text is encoded character by character (as HF does), so the file is probably broken (were its merges lost?)`}, tk.Warnings())
+	require.Equal(t, []int{0, 1}, tk.Encode("ab", false), "character by character, as HF")
+
+	for name, sound := range map[string]string{
+		"merges":        `{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}}`,
+		"ignore_merges": `{"model": {"type": "BPE", "ignore_merges": true, "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": []}}`,
+		"affixes": `{"model": {"type": "BPE", "continuing_subword_prefix": "##", "end_of_word_suffix": "</w>",
+			"vocab": {"a": 0, "##b": 1, "b</w>": 2, "##b</w>": 3, "<0x0a>": 4}, "merges": []}}`,
+	} {
+		tk, err := New("x", []byte(sound), nil)
+		require.NoError(t, err, name)
+		require.Empty(t, tk.Warnings(), name)
+	}
+	for _, tk := range []*Tokenizer{llama3(t), qwen3(t), load(t, "models", "stories260k"), load(t, "models", "tinystories-656k")} {
+		require.Empty(t, tk.Warnings())
+	}
+}
