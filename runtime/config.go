@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// RopeScaling is HF's rope_scaling block (transformers modeling_rope_utils.py):
+// RopeScaling is HF's RoPE scaling, from config.json's rope_scaling or
+// rope_parameters block (transformers modeling_rope_utils.py):
 // rope_type "linear" divides every frequency by factor, so position p turns
 // as p / factor would (_compute_linear_scaling_rope_parameters); "llama3"
 // divides the low frequencies only, smoothly (_compute_llama3_parameters).
@@ -34,8 +35,8 @@ type Config struct {
 	Vocab         int          // vocab_size
 	MaxPositions  int          // max_position_embeddings: the context length
 	RMSNormEps    float64      // rms_norm_eps
-	RopeTheta     float64      // rope_theta
-	RopeScaling   *RopeScaling // nil when none
+	RopeTheta     float64      // rope_theta or rope_parameters.rope_theta, else DefaultRopeTheta
+	RopeScaling   *RopeScaling // rope_scaling or rope_parameters; nil when none (rope_type default)
 	TieEmbeddings bool         // tie_word_embeddings, or the architecture's default (TieDefault)
 	// TieFromConfig says tie_word_embeddings was set in config.json; when
 	// false, TieEmbeddings is the architecture's default (see TieNote).
@@ -120,8 +121,10 @@ type hfConfig struct {
 	VocabSize         int             `json:"vocab_size"`
 	MaxPositions      int             `json:"max_position_embeddings"`
 	RMSNormEps        float64         `json:"rms_norm_eps"`
-	RopeTheta         float64         `json:"rope_theta"`
+	RopeTheta         *float64        `json:"rope_theta"`
 	RopeScaling       json.RawMessage `json:"rope_scaling"`
+	RopeParameters    json.RawMessage `json:"rope_parameters"`
+	PartialRotary     *float64        `json:"partial_rotary_factor"`
 	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
 	AttentionBias     bool            `json:"attention_bias"`
 	MLPBias           bool            `json:"mlp_bias"`
@@ -160,7 +163,6 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		Vocab:         h.VocabSize,
 		MaxPositions:  h.MaxPositions,
 		RMSNormEps:    h.RMSNormEps,
-		RopeTheta:     h.RopeTheta,
 		TieEmbeddings: TieDefault[h.ModelType],
 		AttentionBias: h.AttentionBias || h.ModelType == "qwen2",
 		BOS:           -1,
@@ -169,20 +171,15 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	if h.TieWordEmbeddings != nil {
 		c.TieEmbeddings, c.TieFromConfig = *h.TieWordEmbeddings, true
 	}
+	var err error
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads
-	}
-	if c.RopeTheta == 0 {
-		c.RopeTheta = 10000
 	}
 	if c.RMSNormEps == 0 {
 		c.RMSNormEps = 1e-6
 	}
 	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
 		return Config{}, fmt.Errorf("%s: field rms_norm_eps %g must be in (0, 1)", name, c.RMSNormEps)
-	}
-	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
-		return Config{}, fmt.Errorf("%s: field rope_theta %g must be a positive number", name, c.RopeTheta)
 	}
 	if c.HiddenAct == "" {
 		c.HiddenAct = "silu"
@@ -232,33 +229,8 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	if h.MLPBias {
 		return Config{}, fmt.Errorf("%s: mlp_bias true is not supported", name)
 	}
-	if len(h.RopeScaling) > 0 && string(h.RopeScaling) != "null" {
-		var rs RopeScaling
-		var legacy struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(h.RopeScaling, &rs); err != nil {
-			return Config{}, fmt.Errorf("%s: field rope_scaling: %w", name, err)
-		}
-		_ = json.Unmarshal(h.RopeScaling, &legacy)
-		if rs.Type == "" {
-			rs.Type = legacy.Type
-		}
-		switch rs.Type {
-		case "default", "":
-		case "linear":
-			if !(rs.Factor > 0) || math.IsInf(rs.Factor, 0) {
-				return Config{}, fmt.Errorf("%s: field rope_scaling: linear needs a positive factor, found %g", name, rs.Factor)
-			}
-			c.RopeScaling = &rs
-		case "llama3":
-			if rs.Factor <= 0 || rs.LowFreqFactor <= 0 || rs.HighFreqFactor <= rs.LowFreqFactor || rs.OriginalMaxPositionEmbeddings <= 0 {
-				return Config{}, fmt.Errorf("%s: field rope_scaling: llama3 needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings", name)
-			}
-			c.RopeScaling = &rs
-		default:
-			return Config{}, fmt.Errorf("%s: rope_scaling type %q is not supported (supported: linear, llama3)", name, rs.Type)
-		}
+	if c.RopeTheta, c.RopeScaling, err = parseRope(name, h); err != nil {
+		return Config{}, err
 	}
 	if h.UseSlidingWindow && h.SlidingWindow != nil {
 		mwl := 28 // Qwen2Config's default
@@ -272,7 +244,6 @@ func ParseConfig(name string, data []byte) (Config, error) {
 			c.SlidingWindow = w
 		}
 	}
-	var err error
 	if c.BOS, err = parseTokenIDs(h.BOSTokenID, -1); err != nil {
 		return Config{}, fmt.Errorf("%s: field bos_token_id: %w", name, err)
 	}

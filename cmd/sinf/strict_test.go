@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nlpodyssey/safetensors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/selectinfer/sinf/convert/eval"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/internal/sharedtest"
 )
@@ -98,4 +100,52 @@ func TestTokenizeWarnsMergeless(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "[0,1]\n", out)
 	require.Equal(t, "warning: tokenizer "+dir+`: tokenizer.json: model.merges is empty, but model.vocab has 1 token of more than one character (such as "ab"), which only merges build: text is encoded character by character (as HF does), so the file is probably broken (were its merges lost?)`+"\n", stderr)
+}
+
+// TestStudyStrict: sinf study prints the folder's warnings once, as run and
+// convert do, and --strict refuses the tensor before any file is converted
+// or run evaluated.
+func TestStudyStrict(t *testing.T) {
+	const extra = "model.layers.0.self_attn.q_norm.weight"
+	dir := withExtraTensor(t, extra)
+	data := sharedtest.Path(t, "data")
+	warning := "warning: " + dir + ": tensor " + extra + " is not part of a llama model (HF LlamaForCausalLM): skipped, as HF skips unexpected weights with a warning; is config.json's model_type right? (--strict refuses them)\n"
+	refusal := dir + ": tensor " + extra + " is not part of a llama model (HF LlamaForCausalLM), and --strict refuses tensors the model does not read: is config.json's model_type right?"
+	work := t.TempDir()
+	sc := filepath.Join(work, "ts.scores")
+	_, _, err := runStderr(t, "profile", "--quiet", "--model", dir, "--data-dir", data, "--dataset", "tinystories", "--limit", "2", "--max-new-tokens", "1", "--out", sc)
+	require.NoError(t, err)
+	args := []string{"study", "--in-process", "--model", dir, "--task-scores", sc, "--model-scores", sc, "--tasks", "tinystories",
+		"--limit", "1", "--data-dir", data, "--first-layer", "0", "--last-layer", "5", "--no-sweeps", "--context", "64"}
+
+	out := filepath.Join(work, "strict")
+	_, _, err = runStderr(t, append(args, "--strict", "--out", out)...)
+	require.EqualError(t, err, refusal)
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotEqual(t, ".sinf", filepath.Ext(e.Name()), "study converted %s", e.Name())
+		require.NotEqual(t, "results.json", e.Name(), "study evaluated")
+	}
+
+	_, stderr, err := runStderr(t, append(args, "--out", filepath.Join(work, "lenient"))...)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(stderr, warning), stderr)
+}
+
+// TestStudySubprocessStrict: the evaluations a study runs as `sinf eval`
+// subprocesses get --strict when the study has it.
+func TestStudySubprocessStrict(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "fake-sinf")
+	argsFile := filepath.Join(dir, "args")
+	require.NoError(t, os.WriteFile(exe, []byte("#!/bin/sh\necho \"$@\" > "+argsFile+"\necho '{\"task\":\"tinystories\",\"kind\":\"perplexity\",\"n\":1,\"metrics\":{\"perplexity\":2}}'\n"), 0o755))
+	for _, strict := range []bool{false, true} {
+		m, err := subprocessRunner(exe)("model-dir", "tinystories", eval.Options{Strict: strict})
+		require.NoError(t, err)
+		require.Equal(t, 2.0, m.Result.Metrics["perplexity"])
+		b, err := os.ReadFile(argsFile)
+		require.NoError(t, err)
+		require.Equal(t, strict, strings.Contains(" "+strings.TrimSpace(string(b))+" ", " --strict "), string(b))
+	}
 }

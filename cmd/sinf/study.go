@@ -25,7 +25,7 @@ func studyCommand() *cli.Command {
 		Name:  "study",
 		Usage: "the paper's grid: convert the files, evaluate every method × task and the φ/γ/δ/layer sweeps; results.json, table.md, figures",
 		UsageText: "sinf study --model DIR --task-scores FILE --model-scores FILE [--tasks t1,t2] [--limit N]\n" +
-			"   [--first-layer F --last-layer L] [--dtypes q8_0,q4_0] [--data-dir DIR] [--no-sweeps] [--mass] [--figures svg|png|pdf] --out DIR",
+			"   [--first-layer F --last-layer L] [--dtypes q8_0,q4_0] [--data-dir DIR] [--no-sweeps] [--mass] [--figures svg|png|pdf] [--strict] --out DIR",
 		Description: "Rows: Dense (the HF folder), γ-Dense (slim file, dense), SelectInfer (slim, selectinfer φ), CoreInfer (γ=1 file,\n" +
 			"coreinfer φ), CoreInfer + selective loading (slim, coreinfer), CoreInfer + random loading (random file, coreinfer),\n" +
 			"GateFirst (slim, gatefirst at the φ that reads SelectInfer's bytes per token).\n" +
@@ -55,6 +55,7 @@ func studyCommand() *cli.Command {
 			&cli.StringFlag{Name: "figures", Value: "svg", Usage: "format of the figures: svg, png or pdf"},
 			&cli.StringFlag{Name: "dtypes", Usage: "comma-separated stored dtypes (f32, f16, bf16, q8_0, q4_0) to add as a table: dense, γ-dense and SelectInfer files in each (the paper's Table 4: 70% dense against 4-bit)"},
 			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},
+			strictFlag(),
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output folder (created; reused to resume)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -83,7 +84,7 @@ func studyCommand() *cli.Command {
 				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
 				Gamma:         c.Float64("gamma"), Delta: c.Float64("delta"), Phi: c.Float64("phi"), Alpha: c.Float64("alpha"),
 				Seed: c.Uint64("seed"), Threads: c.Int("threads"), Context: c.Int("context"),
-				NoSweeps: c.Bool("no-sweeps"), Mass: c.Bool("mass"), Figures: c.String("figures"), Log: c.App.ErrWriter,
+				NoSweeps: c.Bool("no-sweeps"), Mass: c.Bool("mass"), Figures: c.String("figures"), Strict: c.Bool("strict"), Log: c.App.ErrWriter,
 			}
 			for _, d := range strings.Split(c.String("dtypes"), ",") {
 				if d = strings.TrimSpace(d); d == "" {
@@ -140,6 +141,9 @@ func subprocessRunner(exe string) eval.Runner {
 		}
 		if opt.Mass {
 			args = append(args, "--mass")
+		}
+		if opt.Strict {
+			args = append(args, "--strict")
 		}
 		cmd := exec.Command(exe, args...)
 		var stdout, stderr bytes.Buffer

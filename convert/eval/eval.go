@@ -58,6 +58,10 @@ type Options struct {
 	// Progress, when set, is called after each example (window) with the
 	// number done and the total.
 	Progress func(done, total int)
+	// Strict is for a Runner that opens an HF checkpoint folder: refuse
+	// stored tensors the architecture does not have (hf.Options.Strict,
+	// `sinf eval --strict`). Evaluate does not read it.
+	Strict bool
 }
 
 // Result is one task's evaluation.

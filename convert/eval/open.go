@@ -18,7 +18,12 @@ type Loaded struct {
 
 // Open opens a .sinf file (memory-mapped, tokenizer from its metadata) or an
 // HF checkpoint folder (safetensors, tokenizer.json), as `sinf run` does.
-func Open(path string) (*Loaded, error) {
+func Open(path string) (*Loaded, error) { return OpenWith(path, hf.Options{}) }
+
+// OpenWith is Open with the options of an HF checkpoint folder (opt.Strict
+// refuses stored tensors the architecture does not have); a .sinf file
+// ignores them.
+func OpenWith(path string, opt hf.Options) (*Loaded, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -30,7 +35,7 @@ func Open(path string) (*Loaded, error) {
 		}
 		return &Loaded{Model: m, Tok: tok, FileBytes: f.Size(), Close: f.Close}, nil
 	}
-	ck, m, tok, err := hf.LoadModel(path, hf.Options{})
+	ck, m, tok, err := hf.LoadModel(path, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
 // Measured is what a Runner returns: the evaluation and how its memory was
@@ -43,7 +44,7 @@ func InProcess(path, task string, opt Options) (*Measured, error) {
 	if !runtime.ResetPeakRSS() {
 		src = "in-process VmHWM (not resettable here: the process's peak so far)"
 	}
-	l, err := Open(path)
+	l, err := OpenWith(path, hf.Options{Strict: opt.Strict})
 	if err != nil {
 		return nil, err
 	}
@@ -84,8 +85,12 @@ type StudyOptions struct {
 	Mass bool
 	// Figures is the figures' format: "svg" (default), "png" or "pdf".
 	Figures string
-	Runner  Runner // nil: InProcess
-	Log     io.Writer
+	// Strict refuses stored tensors the architecture does not have
+	// (hf.Options.Strict), in the conversions and the Dense row's runs
+	// (Options.Strict); without it they are skipped, with a warning in Log.
+	Strict bool
+	Runner Runner // nil: InProcess
+	Log    io.Writer
 }
 
 // Sweep values (paper Fig. 10, 9).
@@ -633,13 +638,16 @@ func (s *study) execute(p *Run, n, total int) error {
 			return s.save()
 		}
 	}
+	if err := s.openCheckpoint(); err != nil { // its warnings, once, before the first run
+		return err
+	}
 	if err := s.ensure(p.fs); err != nil {
 		return err
 	}
 	sp := runtime.Sparsity{Phi: p.Phi, Alpha: s.opt.Alpha}
 	sp.Mode, _ = runtime.ParseMode(p.Mode)
 	opt := Options{DataDir: s.opt.DataDir, Limit: s.opt.Limit, Sparsity: sp, Threads: s.opt.Threads, Context: s.opt.Context,
-		Mass: s.opt.Mass && sp.Mode != runtime.Dense}
+		Mass: s.opt.Mass && sp.Mode != runtime.Dense, Strict: s.opt.Strict}
 	start := time.Now()
 	m, err := s.opt.Runner(p.File, p.Task, opt)
 	if err != nil {
@@ -719,8 +727,11 @@ func (s *study) ensure(fs fileSpec) error {
 	return nil
 }
 
-// openCheckpoint maps the HF checkpoint once (s.ck) and digests its
-// weights (s.digest, which reused files must record).
+// openCheckpoint maps the HF checkpoint once (s.ck) and checks it as the
+// runs will load it (hf.Checkpoint.Validate, with StudyOptions.Strict, and
+// its tokenizer), logging its notes and warnings once, as sinf run and
+// convert print them (the conversions and runs that follow would each
+// find the same).
 func (s *study) openCheckpoint() error {
 	if s.ck != nil {
 		return nil
@@ -729,8 +740,37 @@ func (s *study) openCheckpoint() error {
 	if err != nil {
 		return err
 	}
-	s.ck, s.digest = ck, "sha256:"+ck.Digest()
+	ck.Strict = s.opt.Strict
+	if _, err := ck.Validate(); err != nil {
+		ck.Close()
+		return err
+	}
+	tok, err := tokenizer.Load(s.opt.Model)
+	if err != nil {
+		ck.Close()
+		return err
+	}
+	for _, f := range ck.Ignored {
+		s.logf("note: %s: %s", s.opt.Model, f)
+	}
+	for _, f := range ck.Warnings {
+		s.logf("warning: %s: %s", s.opt.Model, f)
+	}
+	for _, f := range tok.Warnings() {
+		s.logf("warning: %s", f)
+	}
+	s.ck = ck
 	return nil
+}
+
+// sourceDigest is the checkpoint's digest (hf.Checkpoint.Digest, which
+// reused files must record), computed once, when a file is checked: it
+// reads every weight.
+func (s *study) sourceDigest() string {
+	if s.digest == "" {
+		s.digest = "sha256:" + s.ck.Digest()
+	}
+	return s.digest
 }
 
 // checkScores reads the score files and checks them against the model
@@ -787,7 +827,7 @@ func (s *study) check(path string, fs fileSpec) string {
 		return "another selection"
 	case sel.Random != (fs.kind != FileSlim) || (sel.Random && sel.Seed != int64(s.opt.Seed)):
 		return "another neuron choice"
-	case meta.Provenance.SourceDigest != s.digest:
+	case meta.Provenance.SourceDigest != s.sourceDigest():
 		return "converted from another checkpoint"
 	case fs.dtype != 0 && meta.DType != fs.dtype:
 		return "another dtype"
