@@ -15,6 +15,10 @@
 // prompts need; with messages and variables decoded in key order (Value),
 // it also matches Python jinja2's tool-call renderings byte for byte.
 //
+// RenderPrompt also reports where the request's own strings wrote control
+// tokens (Options.KeepAsText), so that the server and sinf-run chat encode
+// them as text: only the template writes control tokens.
+//
 // A render is bounded: Options.Timeout (the goroutine of a template that
 // runs past it is abandoned, not stopped) and Options.MaxBytes of output.
 package chat

@@ -19,6 +19,11 @@
 //   - decoder: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip,
 //     Metaspace.
 //
+// Pre-tokens are produced lazily (each regex match as it is found), so
+// EncodeWith can stop a text as soon as it passes a token limit, and can
+// encode chosen byte ranges (a chat message's content) with special tokens
+// taken as plain text.
+//
 // Invalid UTF-8 given to Encode is first replaced the way Rust's
 // String::from_utf8_lossy and Python's bytes.decode(errors="replace") do:
 // each maximal invalid sequence becomes one U+FFFD (HF itself only takes

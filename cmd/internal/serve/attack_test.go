@@ -208,6 +208,23 @@ func TestWriteDeadline(t *testing.T) {
 	require.Equal(t, 200, code, "%s", b)
 }
 
+// TestReadTimeoutSparesGeneration: --read-timeout bounds reading the
+// request, not the answer: a generation that runs past it completes
+// (net/http lifts the read deadline once the body is read; were it kept,
+// its background read would cancel the request at the deadline).
+func TestReadTimeoutSparesGeneration(t *testing.T) {
+	file, _ := files(t)
+	addr := runServer(t, setup{file: file, context: 512, readTimeout: 200 * time.Millisecond,
+		wrap: func(b runcmd.Backend) runcmd.Backend {
+			return &hooked{Backend: b, noEOS: true, onToken: func(int) { time.Sleep(5 * time.Millisecond) }}
+		}}, nil)
+	start := time.Now()
+	code, _, b := post(t, "http://"+addr+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":100}`)
+	require.Equal(t, 200, code, "%s", b)
+	require.Equal(t, 100, decode(t, b).Usage.CompletionTokens)
+	require.Greater(t, time.Since(start), 400*time.Millisecond, "the generation must outlast the read timeout for the test to mean anything")
+}
+
 // TestRequestLimits drives `sinf-run serve` with short read timeouts: a
 // Content-Length above --max-body is a 413 before any of the body is sent
 // (before: the server waited for the body); half-sent headers, a half-sent

@@ -209,9 +209,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 }
 
 // readBody reads a request body within MaxBodyBytes: a Content-Length
-// above it is refused before reading. Once read, the connection's read
-// deadline (ReadTimeout) is lifted, so that it cannot cut a long
-// generation (net/http's background read would cancel the request).
+// above it is refused before reading. (ReadTimeout ends with the body:
+// net/http lifts the read deadline when it starts watching the connection
+// for the client going away.)
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (fields, *apiError) {
 	tooBig := func(limit int64) *apiError {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-body)", limit), Type: "invalid_request_error"}
@@ -227,7 +227,6 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (fields, *apiE
 	if err != nil {
 		return nil, badRequest("", "reading the request body: %v", err)
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return parseBody(body)
 }
 

@@ -142,6 +142,7 @@ type setup struct {
 	wrap      func(b runcmd.Backend) runcmd.Backend
 
 	writeTimeout   time.Duration
+	readTimeout    time.Duration
 	host           string
 	corsOrigin     string
 	contentSpecial bool
@@ -174,7 +175,7 @@ func openServer(t testing.TB, o setup) (*serve.Server, *runcmd.Loaded) {
 		Parallel: max(1, o.parallel), Queue: o.queue, Sampling: runtime.SamplingParams{TopP: 1},
 		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
 		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true,
-		WriteTimeout: o.writeTimeout, Host: o.host, CORSOrigin: o.corsOrigin, ContentSpecialTokens: o.contentSpecial}
+		WriteTimeout: o.writeTimeout, ReadTimeout: o.readTimeout, Host: o.host, CORSOrigin: o.corsOrigin, ContentSpecialTokens: o.contentSpecial}
 	if terr != nil {
 		cfg.Template = nil
 	}
