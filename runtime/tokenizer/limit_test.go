@@ -124,3 +124,18 @@ func TestSpecialTokens(t *testing.T) {
 	require.False(t, slices.Contains(sp, "<think>"))
 	require.Contains(t, llama3(t).SpecialTokens(), "<|eot_id|>")
 }
+
+// BenchmarkEncodeWords encodes 64 KiB of words with Qwen3's tokenizer (the
+// BPE cache warm), reporting MB/s of text.
+//
+//	go test -run '^$' -bench EncodeWords ./runtime/tokenizer/
+func BenchmarkEncodeWords(b *testing.B) {
+	tk := qwen3(b)
+	text := words(64 << 10)
+	tk.Encode(text, false)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tk.Encode(text, false)
+	}
+}
