@@ -354,8 +354,9 @@ type splitter struct {
 	behavior  splitBehavior
 	invert    bool
 	emit      emitFunc
-	prev      int  // end of the spans fed so far
-	cur       span // the piece held back
+	rewrite   func(string) string // applied to each piece's text; nil: none
+	prev      int                 // end of the spans fed so far
+	cur       span                // the piece held back
 	held      bool
 	prevMatch bool // the last span fed was a delimiter
 	ok        bool // false once emit has said stop
@@ -441,15 +442,21 @@ func (sp *splitter) out(start, end int) {
 	if start == end || !sp.ok {
 		return
 	}
-	sp.ok = sp.emit(piece{text: sp.p.text[start:end], atStart: sp.p.atStart && start == 0})
+	text := sp.p.text[start:end]
+	if sp.rewrite != nil {
+		text = sp.rewrite(text)
+	}
+	sp.ok = sp.emit(piece{text: text, atStart: sp.p.atStart && start == 0})
 }
 
-// splitEach cuts p at the matches m yields, emitting the pieces in order.
-func splitEach(p piece, m matcher, behavior splitBehavior, invert bool, emit emitFunc) bool {
+// splitEach cuts p at the matches m yields, emitting the pieces in order,
+// their text rewritten by rewrite when set.
+func splitEach(p piece, m matcher, behavior splitBehavior, invert bool, emit emitFunc, rewrite func(string) string) bool {
 	if p.text == "" {
 		return true
 	}
 	sp := newSplitter(p, behavior, invert, emit)
+	sp.rewrite = rewrite
 	m(p.text, sp.match)
 	return sp.finish()
 }
@@ -550,7 +557,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 			return nil, errf(field+".behavior", "unsupported %q", p.Behavior)
 		}
 		return func(pc piece, emit emitFunc) bool {
-			return splitEach(pc, m, behavior, p.Invert, emit)
+			return splitEach(pc, m, behavior, p.Invert, emit, nil)
 		}, nil
 	case "ByteLevel":
 		p := struct {
@@ -572,14 +579,14 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 			if p.AddPrefixSpace && !strings.HasPrefix(pc.text, " ") {
 				pc.text = " " + pc.text
 			}
-			toBytes := func(q piece) bool {
-				q.text = byteLevelString(q.text)
-				return emit(q)
-			}
 			if m == nil {
-				return pc.text == "" || toBytes(pc)
+				if pc.text == "" {
+					return true
+				}
+				pc.text = byteLevelString(pc.text)
+				return emit(pc)
 			}
-			return splitEach(pc, m, splitIsolated, false, toBytes)
+			return splitEach(pc, m, splitIsolated, false, emit, byteLevelString)
 		}, nil
 	case "Metaspace":
 		p := struct {
@@ -611,7 +618,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 			if !split {
 				return pc.text == "" || emit(pc)
 			}
-			return splitEach(pc, replMatches, splitMergedWithNext, false, emit)
+			return splitEach(pc, replMatches, splitMergedWithNext, false, emit, nil)
 		}, nil
 	case "Digits":
 		var p struct {
@@ -632,7 +639,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 			}
 		}
 		return func(pc piece, emit emitFunc) bool {
-			return splitEach(pc, digits, behavior, false, emit)
+			return splitEach(pc, digits, behavior, false, emit, nil)
 		}, nil
 	case "":
 		return nil, errf(field+".type", "missing")
