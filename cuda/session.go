@@ -630,8 +630,8 @@ func (s *Session) Active(layer int) ([]int32, error) {
 // Generate runs the prompt as one batched prefill computing every loaded
 // neuron; in a sparse mode it counts activations and fixes each sliced
 // layer's active rows on the device; then it decodes one token at a time
-// until MaxTokens, an EOS id, Stop, or the end of the context (runtime.Session's
-// contract). The session must be empty.
+// until MaxTokens, an EOS id, Stop, or the end of the context
+// (runtime.MaxNewTokens; runtime.Session's contract). The session must be empty.
 func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.Result, error) {
 	res := runtime.Result{PromptIDs: slices.Clone(prompt)}
 	if len(prompt) == 0 {
@@ -698,7 +698,8 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 	}
 	start = time.Now()
 	steps := 0
-	for len(res.IDs) < opt.MaxTokens {
+	limit := runtime.MaxNewTokens(s.ctx, len(prompt), opt.MaxTokens)
+	for len(res.IDs) < limit {
 		id, err := s.nextToken(opt.Sampler)
 		if err != nil {
 			return res, err
@@ -707,7 +708,7 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 		if opt.OnToken != nil {
 			opt.OnToken(id)
 		}
-		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx || (opt.Stop != nil && opt.Stop()) {
+		if slices.Contains(opt.EOS, id) || len(res.IDs) == limit || (opt.Stop != nil && opt.Stop()) {
 			break
 		}
 		if err := s.forward([]int{id}, false, 0); err != nil {

@@ -42,11 +42,22 @@ func (m multiObserver) ObserveFFN(layer int, act []float32, T int, rows []int32)
 	}
 }
 
+// MaxNewTokens is the end-of-context rule of every generation loop (this
+// package's, cuda's, and the server's): after a prompt of prompt tokens, a
+// session of context positions generates at most context − prompt + 1
+// tokens, and at most maxTokens. The prompt fills positions [0, prompt),
+// each generated token but the last is fed at the next position, and the
+// last is sampled from the logits of position context − 1 and never fed:
+// no more than context positions are ever processed.
+func MaxNewTokens(context, prompt, maxTokens int) int {
+	return max(0, min(maxTokens, context-prompt+1))
+}
+
 // Generate runs the prompt as one batched prefill, computing every loaded
 // neuron; in a sparse mode it counts activations (Counter) and fixes each
 // sliced layer's active set (ActiveSet); then it samples and feeds tokens one
-// at a time until MaxTokens, an EOS id, Stop, or the end of the context. The
-// session must be empty (Pos() == 0).
+// at a time until MaxTokens, an EOS id, Stop, or the end of the context
+// (MaxNewTokens). The session must be empty (Pos() == 0).
 func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	res := Result{PromptIDs: slices.Clone(prompt)}
 	if len(prompt) == 0 {
@@ -109,7 +120,8 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	}
 	start = time.Now()
 	steps := 0
-	for len(res.IDs) < opt.MaxTokens {
+	limit := MaxNewTokens(s.ctx, len(prompt), opt.MaxTokens)
+	for len(res.IDs) < limit {
 		if v := logits[0]; v != v || math.IsInf(float64(v), 0) {
 			return res, fmt.Errorf("generate: logits are not finite at position %d: the weights or the config hold NaN or Inf (check the file with sinf verify)", s.pos)
 		}
@@ -118,7 +130,7 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 		if opt.OnToken != nil {
 			opt.OnToken(id)
 		}
-		if slices.Contains(opt.EOS, id) || len(res.IDs) == opt.MaxTokens || s.pos == s.ctx || (opt.Stop != nil && opt.Stop()) {
+		if slices.Contains(opt.EOS, id) || len(res.IDs) == limit || (opt.Stop != nil && opt.Stop()) {
 			break
 		}
 		if logits, err = s.Forward([]int{id}, false); err != nil {

@@ -15,6 +15,10 @@
 // prompts need; with messages and variables decoded in key order (Value),
 // it also matches Python jinja2's tool-call renderings byte for byte.
 //
+// RenderPrompt also reports where the request's own strings wrote control
+// tokens (Options.KeepAsText), so that the server and sinf-run chat encode
+// them as text: only the template writes control tokens.
+//
 // A render is bounded: Options.Timeout (the goroutine of a template that
 // runs past it is abandoned, not stopped) and Options.MaxBytes of output.
 package chat
@@ -53,6 +57,12 @@ type Template struct {
 type Options struct {
 	Timeout  time.Duration // 0: DefaultTimeout
 	MaxBytes int           // output bytes at most; 0: DefaultMaxBytes
+	// KeepAsText lists control-token strings (the tokenizer's special
+	// tokens) that the request's own strings (message contents, roles,
+	// tool calls, variables) may not turn into control tokens: RenderPrompt
+	// reports where such a string's copies land in the prompt, so that they
+	// are encoded as text.
+	KeepAsText []string
 }
 
 // Render bounds when Options leave them zero.
@@ -185,11 +195,50 @@ func tokenString(raw json.RawMessage) (string, bool, error) {
 // raise_exception message ("chat template: ..."), a render past the
 // Options bounds, malformed JSON.
 func (t *Template) Render(messages json.RawMessage, addGenerationPrompt bool, vars map[string]json.RawMessage, o Options) (string, error) {
+	o.KeepAsText = nil
+	p, err := t.RenderPrompt(messages, addGenerationPrompt, vars, o)
+	return p.Text, err
+}
+
+// Prompt is a rendered chat prompt.
+type Prompt struct {
+	Text string
+	// Plain holds the byte ranges [start, end) of Text where a string of
+	// the request wrote one of Options.KeepAsText: encode them as text
+	// (tokenizer.EncodeOptions.Plain), not as control tokens.
+	Plain [][2]int
+}
+
+// RenderPrompt is Render that also finds where the request's strings put
+// control-token text (Options.KeepAsText). Each such occurrence in a string
+// of messages or vars is swapped, before rendering, for a placeholder that
+// no request can write (a private-use character, a random nonce, the
+// token's index, a private-use character), and swapped back in the output,
+// its range recorded in Prompt.Plain. The template sees the request's
+// strings unchanged wherever they hold no control token, so the text is
+// Render's byte for byte; a template that cuts a string inside a
+// placeholder gets an error.
+func (t *Template) RenderPrompt(messages json.RawMessage, addGenerationPrompt bool, vars map[string]json.RawMessage, o Options) (Prompt, error) {
+	p, err := newProtector(o.KeepAsText)
+	if err != nil {
+		return Prompt{}, err
+	}
+	s, err := t.render(messages, addGenerationPrompt, vars, o, p)
+	if err != nil {
+		return Prompt{}, err
+	}
+	if p == nil {
+		return Prompt{Text: s}, nil
+	}
+	return p.restore(s)
+}
+
+func (t *Template) render(messages json.RawMessage, addGenerationPrompt bool, vars map[string]json.RawMessage, o Options, p *protector) (string, error) {
 	data := map[string]jinja.Value{}
 	for k, v := range t.special {
 		data[k] = jinja.NewString(v)
 	}
-	msgs, err := Value(messages)
+	msgs, err := p.value(messages)
 	if err != nil {
 		return "", fmt.Errorf("messages: %w", err)
 	}
@@ -201,7 +250,7 @@ func (t *Template) Render(messages json.RawMessage, addGenerationPrompt bool, va
 		if k == "messages" || k == "add_generation_prompt" {
 			return "", fmt.Errorf("variable %s: set by the request itself, not as a variable", k)
 		}
-		v, err := Value(raw)
+		v, err := p.value(raw)
 		if err != nil {
 			return "", fmt.Errorf("variable %s: %w", k, err)
 		}
@@ -254,9 +303,16 @@ func (t *Template) Render(messages json.RawMessage, addGenerationPrompt bool, va
 // their order (as Python's json.loads does, so tojson writes them back in
 // that order) and integers as integers.
 func Value(raw []byte) (jinja.Value, error) {
+	var p *protector
+	return p.value(raw)
+}
+
+// value is Value with the protector's placeholders in every string (p nil:
+// none).
+func (p *protector) value(raw []byte) (jinja.Value, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	v, err := decodeValue(dec)
+	v, err := decodeValue(dec, p)
 	if err != nil {
 		return v, err
 	}
@@ -266,7 +322,7 @@ func Value(raw []byte) (jinja.Value, error) {
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder) (jinja.Value, error) {
+func decodeValue(dec *json.Decoder, p *protector) (jinja.Value, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return jinja.Undefined(), err
@@ -277,7 +333,7 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 		case '[':
 			var items []jinja.Value
 			for dec.More() {
-				v, err := decodeValue(dec)
+				v, err := decodeValue(dec, p)
 				if err != nil {
 					return v, err
 				}
@@ -297,11 +353,11 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 				if err != nil {
 					return jinja.Undefined(), err
 				}
-				v, err := decodeValue(dec)
+				v, err := decodeValue(dec, p)
 				if err != nil {
 					return v, err
 				}
-				d.AsDict().Set(kt.(string), v)
+				d.AsDict().Set(p.protect(kt.(string)), v)
 			}
 			if _, err := dec.Token(); err != nil {
 				return jinja.Undefined(), err
@@ -314,7 +370,7 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 	case bool:
 		return jinja.NewBool(x), nil
 	case string:
-		return jinja.NewString(x), nil
+		return jinja.NewString(p.protect(x)), nil
 	case json.Number:
 		return jinja.FromGoValue(x), nil
 	}

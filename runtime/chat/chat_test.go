@@ -37,10 +37,17 @@ func checkGolden(t *testing.T, path string) {
 		require.NoError(t, err)
 		tmpl, err := chat.FromTokenizerConfig(cfgPath, cfg)
 		require.NoError(t, err)
+		special := tokenizerOf(t, tok).SpecialTokens()
 		for _, c := range cases {
 			got, err := tmpl.Render(c.Messages, c.AddGenerationPrompt, c.Extra, chat.Options{})
 			require.NoError(t, err, "%s %s", tok, c.Name)
 			require.Equal(t, c.Rendered, got, "%s %s", tok, c.Name)
+			// Keeping control tokens out of the request's strings changes
+			// nothing where they hold none.
+			p, err := tmpl.RenderPrompt(c.Messages, c.AddGenerationPrompt, c.Extra, chat.Options{KeepAsText: special})
+			require.NoError(t, err, "%s %s", tok, c.Name)
+			require.Equal(t, c.Rendered, p.Text, "%s %s", tok, c.Name)
+			require.Empty(t, p.Plain, "%s %s", tok, c.Name)
 			n++
 		}
 	}

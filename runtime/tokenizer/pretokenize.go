@@ -30,9 +30,16 @@ type piece struct {
 	atStart bool
 }
 
-// preTokenizer splits (and may rewrite) pieces, like a HF PreTokenizer on a
-// PreTokenizedString. Empty pieces are dropped, as HF drops empty splits.
-type preTokenizer func([]piece) []piece
+// emitFunc receives one pre-token; false stops the encoding (a token limit
+// was passed).
+type emitFunc func(piece) bool
+
+// preTokenizer splits (and may rewrite) one piece, like a HF PreTokenizer on
+// a PreTokenizedString, handing the resulting pieces to emit in order as it
+// finds them (so an encoding can stop part way through a long text); it
+// returns false as soon as emit does. Empty pieces are dropped, as HF drops
+// empty splits.
+type preTokenizer func(p piece, emit emitFunc) bool
 
 // component is the part of every tokenizer.json component object that names
 // its kind.
@@ -78,7 +85,7 @@ func isNull(raw json.RawMessage) bool {
 // backtracking) syntax, which has look-ahead, \p{..} classes and inline
 // (?i:..) groups like the Oniguruma engine HF uses. The backtracking stack is
 // unbounded so long inputs never fail to match; instead each search for the
-// next match runs for at most regexTimeout (findAll then stops the encoding
+// next match runs for at most regexTimeout (regexMatches then stops the encoding
 // with an error naming the pattern).
 func compileRegex(expr string) (*regexp2.Regexp, error) {
 	re, err := regexp2.Compile(expr, regexp2.None, regexp2.OptionMaxBacktrackingStackSize(-1))
@@ -128,15 +135,16 @@ func compileFileRegex(expr string) (*regexp2.Regexp, error) {
 	return re, nil
 }
 
-// regexTimedOut is the panic value of findAll when a search runs past
+// regexTimedOut is the panic value of regexMatches when a search runs past
 // regexTimeout; Tokenizer.EncodeChecked recovers it into an *Error.
 type regexTimedOut struct {
 	field, expr string
 	n           int // bytes of the piece searched
 }
 
-// matcher returns the byte offsets of the matches of a pattern in s.
-type matcher func(s string) [][]int
+// matcher calls yield with the byte offsets of each match of a pattern in s,
+// left to right, until yield returns false.
+type matcher func(s string, yield func(start, end int) bool)
 
 // compilePattern turns a pattern object into a matcher: a String pattern
 // matches literally (non-overlapping, left to right; an empty one never), a
@@ -149,55 +157,75 @@ func compilePattern(raw json.RawMessage, field string) (matcher, error) {
 	switch {
 	case p.String != nil:
 		lit := *p.String
-		return func(s string) [][]int {
-			if lit == "" {
-				return nil
-			}
-			var ms [][]int
-			for i := 0; ; {
-				j := strings.Index(s[i:], lit)
-				if j < 0 {
-					return ms
-				}
-				ms = append(ms, []int{i + j, i + j + len(lit)})
-				i += j + len(lit)
-			}
-		}, nil
+		return func(s string, yield func(start, end int) bool) { literalMatches(lit, s, yield) }, nil
 	case p.Regex != nil:
 		re, err := compileFileRegex(*p.Regex)
 		if err != nil {
 			return nil, errf(field+".Regex", "%v", err)
 		}
-		return func(s string) [][]int { return findAll(re, field+".Regex", s) }, nil
+		return func(s string, yield func(start, end int) bool) { regexMatches(re, field+".Regex", s, yield) }, nil
 	}
 	return nil, errf(field, "want {\"String\": ...} or {\"Regex\": ...}")
 }
 
-// findAll returns the byte offsets of all leftmost-first matches of re in s.
-// A search that runs past re's MatchTimeout (the only regexp2 failure here:
-// the stack is unbounded) panics with a regexTimedOut naming field, which
-// EncodeChecked turns into an error.
-func findAll(re *regexp2.Regexp, field, s string) [][]int {
-	m, err := re.FindAllStringIndex(s, -1)
+// literalMatches yields the non-overlapping occurrences of lit in s, left to
+// right (none for an empty lit).
+func literalMatches(lit, s string, yield func(start, end int) bool) {
+	if lit == "" {
+		return
+	}
+	for i := 0; ; {
+		j := strings.Index(s[i:], lit)
+		if j < 0 || !yield(i+j, i+j+len(lit)) {
+			return
+		}
+		i += j + len(lit)
+	}
+}
+
+// regexMatches yields the byte offsets of the leftmost-first matches of re
+// in s, one search at a time (regexp2's FindRunesMatches, which reuses its
+// storage), so that a caller that stops early pays only for the matches it
+// took. A search that runs past re's MatchTimeout (the only regexp2 failure
+// here: the stack is unbounded) panics with a regexTimedOut naming field,
+// which EncodeChecked turns into an error.
+func regexMatches(re *regexp2.Regexp, field, s string, yield func(start, end int) bool) {
+	runes := []rune(s) // invalid bytes become one U+FFFD each, as DecodeRuneInString steps them
+	ascii := len(runes) == len(s)
+	ri, bi := 0, 0 // rune index ri starts at byte bi; matches only move it forward
+	byteAt := func(r int) int {
+		if ascii {
+			return r
+		}
+		for ; ri < r; ri++ {
+			_, n := utf8.DecodeRuneInString(s[bi:])
+			bi += n
+		}
+		return bi
+	}
+	err := re.FindRunesMatches(runes, 0, func(m regexp2.MatchView) bool {
+		idx, n, _ := m.GroupRange(0)
+		start := byteAt(idx)
+		return yield(start, byteAt(idx+n))
+	})
 	if err != nil {
 		panic(regexTimedOut{field: field, expr: re.String(), n: len(s)})
 	}
-	return m
 }
 
 // replaceAll replaces every match of m in s with content, taken literally
 // (HF Replace normalizer and decoder).
 func replaceAll(m matcher, s, content string) string {
-	ms := m(s)
-	if len(ms) == 0 {
-		return s
-	}
 	var b strings.Builder
-	prev := 0
-	for _, x := range ms {
-		b.WriteString(s[prev:x[0]])
+	prev, matched := 0, false
+	m(s, func(start, end int) bool {
+		b.WriteString(s[prev:start])
 		b.WriteString(content)
-		prev = x[1]
+		prev, matched = end, true
+		return true
+	})
+	if !matched {
+		return s
 	}
 	b.WriteString(s[prev:])
 	return b.String()
@@ -316,77 +344,121 @@ type span struct {
 	match      bool
 }
 
-// splitByMatches cuts p at the given match offsets following behavior (HF
-// NormalizedString::split), dropping empty results. invert swaps which spans
-// count as delimiters (HF Split invert).
-func splitByMatches(p piece, matches [][]int, behavior splitBehavior, invert bool, out []piece) []piece {
-	s := p.text
-	if s == "" {
-		return out
+// splitter cuts one piece at a stream of matches following behavior (HF
+// NormalizedString::split), emitting each resulting piece as soon as no
+// later span can change it (one span is held back for the merging
+// behaviors), and dropping empty ones. invert swaps which spans count as
+// delimiters (HF Split invert). Feed it with match, then call finish.
+type splitter struct {
+	p         piece
+	behavior  splitBehavior
+	invert    bool
+	emit      emitFunc
+	rewrite   func(string) string // applied to each piece's text; nil: none
+	prev      int                 // end of the spans fed so far
+	cur       span                // the piece held back
+	held      bool
+	prevMatch bool // the last span fed was a delimiter
+	ok        bool // false once emit has said stop
+}
+
+func newSplitter(p piece, behavior splitBehavior, invert bool, emit emitFunc) *splitter {
+	return &splitter{p: p, behavior: behavior, invert: invert, emit: emit, ok: true}
+}
+
+// match feeds the match [start, end) and the gap before it; false: stop.
+func (sp *splitter) match(start, end int) bool {
+	if sp.prev != start {
+		sp.add(span{sp.prev, start, sp.invert})
 	}
-	// Spans covering s: matches and the gaps between them.
-	spans := make([]span, 0, 2*len(matches)+1)
-	prev := 0
-	for _, m := range matches {
-		if prev != m[0] {
-			spans = append(spans, span{prev, m[0], invert})
-		}
-		spans = append(spans, span{m[0], m[1], !invert})
-		prev = m[1]
+	sp.add(span{start, end, !sp.invert})
+	sp.prev = end
+	return sp.ok
+}
+
+// finish feeds the gap after the last match and emits what is held; false:
+// emit said stop.
+func (sp *splitter) finish() bool {
+	if sp.prev != len(sp.p.text) {
+		sp.add(span{sp.prev, len(sp.p.text), sp.invert})
 	}
-	if prev != len(s) {
-		spans = append(spans, span{prev, len(s), invert})
+	if sp.held {
+		sp.out(sp.cur.start, sp.cur.end)
 	}
-	var cut []span // the resulting pieces; match marks one to remove
-	switch behavior {
+	return sp.ok
+}
+
+func (sp *splitter) add(x span) {
+	if !sp.ok {
+		return
+	}
+	switch sp.behavior {
 	case splitIsolated:
-		for _, sp := range spans {
-			cut = append(cut, span{sp.start, sp.end, false})
-		}
+		sp.out(x.start, x.end)
 	case splitRemoved:
-		cut = spans
-	case splitContiguous:
-		prevMatch := false
-		for _, sp := range spans {
-			if sp.match == prevMatch && len(cut) > 0 {
-				cut[len(cut)-1].end = sp.end
-			} else {
-				cut = append(cut, span{sp.start, sp.end, false})
-			}
-			prevMatch = sp.match
+		if !x.match {
+			sp.out(x.start, x.end)
 		}
-	case splitMergedWithPrevious:
-		prevMatch := false
-		for _, sp := range spans {
-			if sp.match && !prevMatch && len(cut) > 0 {
-				cut[len(cut)-1].end = sp.end
-			} else {
-				cut = append(cut, span{sp.start, sp.end, false})
-			}
-			prevMatch = sp.match
+	case splitContiguous: // runs of delimiters, and runs of the rest
+		if sp.held && x.match == sp.prevMatch {
+			sp.cur.end = x.end
+		} else {
+			sp.flush(x)
 		}
-	case splitMergedWithNext:
-		prevMatch := false
-		for i := len(spans) - 1; i >= 0; i-- {
-			sp := spans[i]
-			if sp.match && !prevMatch && len(cut) > 0 {
-				cut[len(cut)-1].start = sp.start
-			} else {
-				cut = append(cut, span{sp.start, sp.end, false})
-			}
-			prevMatch = sp.match
+	case splitMergedWithPrevious: // a delimiter joins the piece before it
+		if sp.held && x.match && !sp.prevMatch {
+			sp.cur.end = x.end
+		} else {
+			sp.flush(x)
 		}
-		for i, j := 0, len(cut)-1; i < j; i, j = i+1, j-1 {
-			cut[i], cut[j] = cut[j], cut[i]
+	case splitMergedWithNext: // a delimiter joins the non-delimiter after it
+		if sp.held { // a delimiter
+			if !x.match {
+				sp.held = false
+				sp.out(sp.cur.start, x.end)
+				break
+			}
+			sp.out(sp.cur.start, sp.cur.end)
+			sp.held = false
+		}
+		if x.match {
+			sp.cur, sp.held = x, true
+		} else {
+			sp.out(x.start, x.end)
 		}
 	}
-	for _, c := range cut {
-		if c.match || c.start == c.end {
-			continue
-		}
-		out = append(out, piece{text: s[c.start:c.end], atStart: p.atStart && c.start == 0})
+	sp.prevMatch = x.match
+}
+
+// flush emits the held piece and holds x instead.
+func (sp *splitter) flush(x span) {
+	if sp.held {
+		sp.out(sp.cur.start, sp.cur.end)
 	}
-	return out
+	sp.cur, sp.held = x, true
+}
+
+func (sp *splitter) out(start, end int) {
+	if start == end || !sp.ok {
+		return
+	}
+	text := sp.p.text[start:end]
+	if sp.rewrite != nil {
+		text = sp.rewrite(text)
+	}
+	sp.ok = sp.emit(piece{text: text, atStart: sp.p.atStart && start == 0})
+}
+
+// splitEach cuts p at the matches m yields, emitting the pieces in order,
+// their text rewritten by rewrite when set.
+func splitEach(p piece, m matcher, behavior splitBehavior, invert bool, emit emitFunc, rewrite func(string) string) bool {
+	if p.text == "" {
+		return true
+	}
+	sp := newSplitter(p, behavior, invert, emit)
+	sp.rewrite = rewrite
+	m(p.text, sp.match)
+	return sp.finish()
 }
 
 // gpt2Pattern is the split regex of ByteLevel with use_regex (GPT-2's
@@ -466,12 +538,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 		if err != nil {
 			return nil, err
 		}
-		return func(ps []piece) []piece {
-			for _, p := range steps {
-				ps = p(ps)
-			}
-			return ps
-		}, nil
+		return chain(steps), nil
 	case "Split":
 		var p struct {
 			Pattern  json.RawMessage `json:"pattern"`
@@ -489,12 +556,8 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 		if !ok {
 			return nil, errf(field+".behavior", "unsupported %q", p.Behavior)
 		}
-		return func(ps []piece) []piece {
-			out := make([]piece, 0, len(ps))
-			for _, pc := range ps {
-				out = splitByMatches(pc, m(pc.text), behavior, p.Invert, out)
-			}
-			return out
+		return func(pc piece, emit emitFunc) bool {
+			return splitEach(pc, m, behavior, p.Invert, emit, nil)
 		}, nil
 	case "ByteLevel":
 		p := struct {
@@ -504,30 +567,26 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return nil, errf(field, "%v", err)
 		}
-		var re *regexp2.Regexp
+		var m matcher
 		if p.UseRegex {
-			var err error
-			if re, err = compileRegex(gpt2Pattern); err != nil {
+			re, err := compileRegex(gpt2Pattern)
+			if err != nil {
 				return nil, errf(field, "%v", err)
 			}
+			m = func(s string, yield func(start, end int) bool) { regexMatches(re, field, s, yield) }
 		}
-		return func(ps []piece) []piece {
-			out := make([]piece, 0, len(ps))
-			for _, pc := range ps {
-				if p.AddPrefixSpace && !strings.HasPrefix(pc.text, " ") {
-					pc.text = " " + pc.text
-				}
-				n := len(out)
-				if re != nil {
-					out = splitByMatches(pc, findAll(re, field, pc.text), splitIsolated, false, out)
-				} else if pc.text != "" {
-					out = append(out, pc)
-				}
-				for i := n; i < len(out); i++ {
-					out[i].text = byteLevelString(out[i].text)
-				}
+		return func(pc piece, emit emitFunc) bool {
+			if p.AddPrefixSpace && !strings.HasPrefix(pc.text, " ") {
+				pc.text = " " + pc.text
 			}
-			return out
+			if m == nil {
+				if pc.text == "" {
+					return true
+				}
+				pc.text = byteLevelString(pc.text)
+				return emit(pc)
+			}
+			return splitEach(pc, m, splitIsolated, false, emit, byteLevelString)
 		}, nil
 	case "Metaspace":
 		p := struct {
@@ -548,33 +607,18 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 		}
 		split := p.Split == nil || *p.Split
 		repl := p.Replacement
-		return func(ps []piece) []piece {
-			out := make([]piece, 0, len(ps))
-			for _, pc := range ps {
-				pc.text = strings.ReplaceAll(pc.text, " ", repl)
-				if scheme == "always" || (scheme == "first" && pc.atStart) {
-					if !strings.HasPrefix(pc.text, repl) {
-						pc.text = repl + pc.text
-					}
+		replMatches := func(s string, yield func(start, end int) bool) { literalMatches(repl, s, yield) }
+		return func(pc piece, emit emitFunc) bool {
+			pc.text = strings.ReplaceAll(pc.text, " ", repl)
+			if scheme == "always" || (scheme == "first" && pc.atStart) {
+				if !strings.HasPrefix(pc.text, repl) {
+					pc.text = repl + pc.text
 				}
-				if !split {
-					if pc.text != "" {
-						out = append(out, pc)
-					}
-					continue
-				}
-				var ms [][]int
-				for i := 0; ; {
-					j := strings.Index(pc.text[i:], repl)
-					if j < 0 {
-						break
-					}
-					ms = append(ms, []int{i + j, i + j + len(repl)})
-					i += j + len(repl)
-				}
-				out = splitByMatches(pc, ms, splitMergedWithNext, false, out)
 			}
-			return out
+			if !split {
+				return pc.text == "" || emit(pc)
+			}
+			return splitEach(pc, replMatches, splitMergedWithNext, false, emit, nil)
 		}, nil
 	case "Digits":
 		var p struct {
@@ -587,23 +631,35 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 		if p.Individual {
 			behavior = splitIsolated
 		}
-		return func(ps []piece) []piece {
-			out := make([]piece, 0, len(ps))
-			for _, pc := range ps {
-				var ms [][]int
-				for i, r := range pc.text {
-					if unicode.IsNumber(r) {
-						ms = append(ms, []int{i, i + utf8.RuneLen(r)})
-					}
+		digits := func(s string, yield func(start, end int) bool) {
+			for i, r := range s {
+				if unicode.IsNumber(r) && !yield(i, i+utf8.RuneLen(r)) {
+					return
 				}
-				out = splitByMatches(pc, ms, behavior, false, out)
 			}
-			return out
+		}
+		return func(pc piece, emit emitFunc) bool {
+			return splitEach(pc, digits, behavior, false, emit, nil)
 		}, nil
 	case "":
 		return nil, errf(field+".type", "missing")
 	}
 	return nil, errf(field+".type", "unsupported pre-tokenizer %q", c.Type)
+}
+
+// chain runs pre-tokenizers in sequence: each piece a step emits goes
+// through the rest before the step looks for its next piece.
+func chain(steps []preTokenizer) preTokenizer {
+	switch len(steps) {
+	case 0:
+		return func(p piece, emit emitFunc) bool { return p.text == "" || emit(p) }
+	case 1:
+		return steps[0]
+	}
+	first, rest := steps[0], chain(steps[1:])
+	return func(p piece, emit emitFunc) bool {
+		return first(p, func(q piece) bool { return rest(q, emit) })
+	}
 }
 
 // metaspaceScheme resolves Metaspace's prepend_scheme, with the legacy

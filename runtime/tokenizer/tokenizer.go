@@ -22,6 +22,11 @@
 //   - decoder: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip,
 //     Metaspace.
 //
+// Pre-tokens are produced lazily (each regex match as it is found), so
+// EncodeWith can stop a text as soon as it passes a token limit, and can
+// encode chosen byte ranges (a chat message's content) with special tokens
+// taken as plain text.
+//
 // Invalid UTF-8 given to Encode is first replaced the way Rust's
 // String::from_utf8_lossy and Python's bytes.decode(errors="replace") do:
 // each maximal invalid sequence becomes one U+FFFD (HF itself only takes
@@ -434,6 +439,48 @@ func (t *Tokenizer) Encode(text string, addBOS bool) []int {
 // catastrophically on simple inputs are refused when the file is read) is
 // an *Error naming the tokenizer, the file, the field and the pattern.
 func (t *Tokenizer) EncodeChecked(text string, addBOS bool) (ids []int, err error) {
+	return t.EncodeWith(text, EncodeOptions{AddBOS: addBOS})
+}
+
+// EncodeOptions configures EncodeWith.
+type EncodeOptions struct {
+	AddBOS bool // prepend the BOS id (when the tokenizer has one)
+	// MaxTokens > 0 bounds the ids (BOS included): the encoding stops as
+	// soon as it holds more, with a *TooLongError, so that a long text
+	// costs time and memory in proportion to the limit, not to its length
+	// (text is pre-tokenized lazily; one pre-token, such as a run of
+	// letters, is encoded whole before the count is checked).
+	MaxTokens int
+	// Plain lists byte ranges of text in which special added tokens are
+	// not recognized: a special token's text there is encoded as ordinary
+	// text, as HF does for the whole text with split_special_tokens=True.
+	// Non-special added tokens still match. A chat prompt marks its
+	// message contents so (runtime/chat RenderPlain). Where the normalizer
+	// runs first (normalized added tokens), no special token is recognized
+	// in a segment between added tokens that overlaps a plain range. For a
+	// text that is not valid UTF-8 and has plain ranges, no special token
+	// is recognized anywhere.
+	Plain []Span
+}
+
+// Span is a byte range [Start, End) of a text.
+type Span struct{ Start, End int }
+
+// TooLongError is EncodeWith's error when the text encodes to more than
+// EncodeOptions.MaxTokens ids.
+type TooLongError struct {
+	Limit int // EncodeOptions.MaxTokens
+	Bytes int // bytes of the text
+}
+
+func (e *TooLongError) Error() string {
+	return fmt.Sprintf("the text (%d bytes) encodes to more than %d tokens", e.Bytes, e.Limit)
+}
+
+// EncodeWith is EncodeChecked with the options: a token limit (a
+// *TooLongError past it) and plain ranges. Errors: *TooLongError, or an
+// *Error for a regex past its time bound (see EncodeChecked).
+func (t *Tokenizer) EncodeWith(text string, o EncodeOptions) (ids []int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			rt, ok := r.(regexTimedOut)
@@ -444,20 +491,51 @@ func (t *Tokenizer) EncodeChecked(text string, addBOS bool) (ids []int, err erro
 				Msg: fmt.Sprintf("pattern %q ran past its time bound of %v on a piece of %d bytes; the text is not encoded", rt.expr, regexTimeout, rt.n)}
 		}
 	}()
-	return t.encode(text, addBOS), nil
+	return t.encode(text, o)
 }
 
-func (t *Tokenizer) encode(text string, addBOS bool) []int {
+// inPlain reports whether [start, end) overlaps a span of plain.
+func inPlain(plain []Span, start, end int) bool {
+	for _, p := range plain {
+		if start < p.End && p.Start < end {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Tokenizer) encode(text string, o EncodeOptions) ([]int, error) {
+	plain := o.Plain
 	if !utf8.ValidString(text) {
 		text, _ = lossyUTF8([]byte(text), true)
+		if len(plain) > 0 {
+			plain = []Span{{0, len(text)}}
+		}
 	}
-	ids := make([]int, 0, len(text)/3+2)
-	if addBOS && t.bos >= 0 {
+	n := len(text)/3 + 2
+	if o.MaxTokens > 0 {
+		n = min(n, o.MaxTokens+1)
+	}
+	ids := make([]int, 0, n)
+	if o.AddBOS && t.bos >= 0 {
 		ids = append(ids, t.bos)
 	}
-	for _, sp := range t.splitAdded(text, t.rawTrie) {
+	over := func() bool { return o.MaxTokens > 0 && len(ids) > o.MaxTokens }
+	tooLong := &TooLongError{Limit: o.MaxTokens, Bytes: len(text)}
+	emit := func(p piece) bool {
+		ids = t.model.tokenize(p.text, ids)
+		return !over()
+	}
+	var rawSkip, normSkip func(start, end int, a *addedToken) bool
+	if len(plain) > 0 {
+		rawSkip = func(start, end int, a *addedToken) bool { return a.Special && inPlain(plain, start, end) }
+	}
+	for _, sp := range t.splitAdded(text, t.rawTrie, rawSkip) {
 		if sp.tok >= 0 {
 			ids = append(ids, t.added[sp.tok].ID)
+			if over() {
+				return nil, tooLong
+			}
 			continue
 		}
 		seg := text[sp.start:sp.end]
@@ -465,21 +543,31 @@ func (t *Tokenizer) encode(text string, addBOS bool) []int {
 		if t.normalize != nil {
 			seg = t.normalize(seg)
 		}
-		for _, sp2 := range t.splitAdded(seg, t.normTrie) {
+		normSkip = nil
+		if inPlain(plain, sp.start, sp.end) {
+			normSkip = func(_, _ int, a *addedToken) bool { return a.Special }
+		}
+		for _, sp2 := range t.splitAdded(seg, t.normTrie, normSkip) {
 			if sp2.tok >= 0 {
 				ids = append(ids, t.added[sp2.tok].ID)
+				if over() {
+					return nil, tooLong
+				}
 				continue
 			}
-			pieces := []piece{{text: seg[sp2.start:sp2.end], atStart: atStart && sp2.start == 0}}
+			p := piece{text: seg[sp2.start:sp2.end], atStart: atStart && sp2.start == 0}
+			var ok bool
 			if t.preTok != nil {
-				pieces = t.preTok(pieces)
+				ok = t.preTok(p, emit)
+			} else {
+				ok = emit(p)
 			}
-			for _, p := range pieces {
-				ids = t.model.tokenize(p.text, ids)
+			if !ok {
+				return nil, tooLong
 			}
 		}
 	}
-	return ids
+	return ids, nil
 }
 
 // AddsBOS reports whether the config files ask for a BOS at the start of
@@ -487,6 +575,19 @@ func (t *Tokenizer) encode(text string, addBOS bool) []int {
 // TemplateProcessing post-processor that starts with a special token).
 // Special tokens a template puts after the text are not added by Encode.
 func (t *Tokenizer) AddsBOS() bool { return t.addsBOS }
+
+// SpecialTokens returns the text of each special added token
+// (tokenizer.json added_tokens with special true), in file order: the
+// control tokens a chat prompt keeps out of message content.
+func (t *Tokenizer) SpecialTokens() []string {
+	var out []string
+	for _, a := range t.added {
+		if a.Special {
+			out = append(out, a.Content)
+		}
+	}
+	return out
+}
 
 // BOS returns the beginning-of-sequence id, -1 if none.
 func (t *Tokenizer) BOS() int { return t.bos }
@@ -601,8 +702,9 @@ type addedSpan struct {
 // splitAdded cuts s into text and added tokens (HF
 // AddedVocabulary::find_matches): leftmost-longest matches, dropped when
 // single_word and inside a word, widened over whitespace for lstrip/rstrip.
-// Empty text spans are left out.
-func (t *Tokenizer) splitAdded(s string, tr *addedTrie) []addedSpan {
+// Empty text spans are left out. A match for which skip (when set) is true
+// is not a match: the search goes on from its next byte.
+func (t *Tokenizer) splitAdded(s string, tr *addedTrie, skip func(start, end int, a *addedToken) bool) []addedSpan {
 	if len(tr.nodes) == 0 {
 		if s == "" {
 			return nil
@@ -622,6 +724,10 @@ func (t *Tokenizer) splitAdded(s string, tr *addedTrie) []addedSpan {
 			continue
 		}
 		a := &t.added[tok]
+		if skip != nil && skip(i, end, a) {
+			i++
+			continue
+		}
 		start := i
 		i = end
 		if a.SingleWord && (endsWithWord(s[:start]) || startsWithWord(s[end:])) {

@@ -401,8 +401,9 @@ func TestComponentVariants(t *testing.T) {
 	}
 }
 
-// FuzzEncode checks that encoding never panics and that byte-level BPE
-// (Llama-3) and byte-fallback BPE (stories260k) decode back to the text.
+// FuzzEncode checks that encoding never panics, that byte-level BPE
+// (Llama-3) and byte-fallback BPE (stories260k) decode back to the text,
+// and EncodeWith's limit and plain ranges on Llama-3.
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"Hello world", "  x\r\n\n\ty", "日本語🙂", "<|begin_of_text|>a", "\xff\xfe", "don't 123456", "a\xe2\x82"} {
 		f.Add(s)
@@ -418,6 +419,21 @@ func FuzzEncode(f *testing.F) {
 			require.Equal(t, want, tk.Decode(ids))
 		}
 		require.Equal(t, tk.Decode(ids), streamDecode(tk, ids))
+		// The token limit keeps exactly the ids within it; a text that is
+		// all plain decodes back to itself, written special tokens too.
+		if len(ids) > 0 {
+			got, err := tk.EncodeWith(s, EncodeOptions{MaxTokens: len(ids)})
+			require.NoError(t, err)
+			require.Equal(t, ids, got)
+			_, err = tk.EncodeWith(s, EncodeOptions{MaxTokens: len(ids) - 1})
+			if len(ids) > 1 {
+				var long *TooLongError
+				require.ErrorAs(t, err, &long)
+			}
+		}
+		plain, err := tk.EncodeWith(s, EncodeOptions{Plain: []Span{{0, len(s)}}})
+		require.NoError(t, err)
+		require.Equal(t, want, tk.Decode(plain))
 
 		sp := load(t, "models", "stories260k")
 		ids = sp.Encode(s, true)

@@ -66,7 +66,8 @@ type message struct {
 
 // chatLoop runs the conversation loop: each line read from in is a user turn;
 // the reply to the whole conversation (rendered through the template, as
-// HF's apply_chat_template with add_generation_prompt) streams to out. A
+// HF's apply_chat_template with add_generation_prompt, the turns' text
+// encoded as text: Server.encodeChat) streams to out. A
 // value on interrupt stops the reply being generated (the part written
 // stays in the conversation) or, at the prompt, says how to quit. End of
 // input, /exit or /quit ends it; /reset forgets all but the system message.
@@ -119,25 +120,19 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 		}
 		msgs = append(msgs, message{"user", line})
 		raw, _ := json.Marshal(msgs)
-		text, err := srv.cfg.Template.Render(raw, true, nil, chat.Options{})
-		if err != nil {
-			msgs = msgs[:len(msgs)-1]
-			fmt.Fprintf(out, "error: %v\n", err)
-			continue
-		}
-		ids, err := srv.cfg.Model.Tok.EncodeChecked(text, false)
-		if err != nil {
-			msgs = msgs[:len(msgs)-1]
-			fmt.Fprintf(out, "error: %v\n", err)
-			continue
-		}
-		if e := srv.checkPrompt("the conversation", ids); e != nil {
-			msgs = msgs[:len(msgs)-1]
-			fmt.Fprintf(out, "error: %s; /reset to start over\n", e.Message)
-			continue
-		}
 		if e := srv.admit(); e != nil {
 			return e
+		}
+		ids, e := srv.encodeChat("the conversation", raw, nil)
+		if e != nil {
+			srv.release()
+			msgs = msgs[:len(msgs)-1]
+			if e.Code == "context_length_exceeded" {
+				fmt.Fprintf(out, "error: %s; /reset to start over\n", e.Message)
+			} else {
+				fmt.Fprintf(out, "error: %s\n", e.Message)
+			}
+			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -149,13 +144,14 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			}
 		}()
 		var reply strings.Builder
-		_, err = srv.generate(ctx, time.Now(), ids, req, func(t string) error {
+		_, err := srv.generate(ctx, time.Now(), ids, req, func(t string) error {
 			reply.WriteString(t)
 			_, err := io.WriteString(out, t)
 			return err
 		})
 		close(done)
 		cancel()
+		srv.release()
 		switch {
 		case errors.Is(err, errCancelled):
 			fmt.Fprint(out, " [stopped]")

@@ -37,6 +37,7 @@ func ModelFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "default max_tokens of a request"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "completions: do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before serving (without it, a .sinf file is checked on its first open only, as sinf-run does)"},
+		&cli.BoolFlag{Name: "content-special-tokens", Usage: "chat: encode control tokens written in message content (<|im_end|>, <|eot_id|>, ...) as control tokens, as HF's apply_chat_template does; only for trusted clients (default: content is text, only the template writes control tokens)"},
 	}...)
 }
 
@@ -57,6 +58,12 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "model-id", Usage: "the model's id in /v1/models and requests (default: the file name without .sinf)"},
 			&cli.BoolFlag{Name: "metrics", Usage: "serve GET /metrics (Prometheus text: requests, tokens, time to first token, busy slots)"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM or SIGINT, let running requests finish this long, then cancel them"},
+			&cli.StringFlag{Name: "cors-origin", Usage: "one web origin (scheme://host[:port]) whose pages may call the server cross-origin; other Origin headers get 403"},
+			&cli.DurationFlag{Name: "read-header-timeout", Value: 10 * time.Second, Usage: "time to send a request's headers"},
+			&cli.DurationFlag{Name: "read-timeout", Value: 30 * time.Second, Usage: "time to send a whole request, headers and body"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: 60 * time.Second, Usage: "a keep-alive connection idle this long between requests is closed"},
+			&cli.DurationFlag{Name: "write-timeout", Value: 30 * time.Second, Usage: "each write of an answer (each streamed chunk) must finish within this: a client that stops reading is dropped and its slot freed"},
+			&cli.IntFlag{Name: "max-conns", Usage: "open connections at most; more wait to be accepted (0: 4 × (parallel + queue), at least 64)"},
 		}...),
 		Action: serveAction,
 	}
@@ -128,6 +135,7 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 		return nil, err
 	}
 	o.Cfg = Config{Model: l, Template: o.Template, TemplateErr: o.TemplateErr, AddBOS: l.Tok.AddsBOS() && !c.Bool("no-bos"),
+		ContentSpecialTokens: c.Bool("content-special-tokens"),
 		NewBackend: func() (runcmd.Backend, error) {
 			b, _, err := runcmd.NewGenerator(c.String("device"), l, dev)
 			return b, err
@@ -164,6 +172,23 @@ func serveAction(c *cli.Context) error {
 	if c.Int64("max-body") < 1024 {
 		return fmt.Errorf("--max-body %d: want ≥ 1024 bytes", c.Int64("max-body"))
 	}
+	if o := c.String("cors-origin"); o != "" {
+		if err := CheckOrigin(o); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"read-header-timeout", "read-timeout", "idle-timeout", "write-timeout"} {
+		if c.Duration(f) < 0 {
+			return fmt.Errorf("--%s %v: want ≥ 0 (0: none)", f, c.Duration(f))
+		}
+	}
+	maxConns := c.Int("max-conns")
+	if maxConns == 0 {
+		maxConns = max(64, 4*(c.Int("parallel")+c.Int("queue")))
+	}
+	if maxConns <= c.Int("parallel")+c.Int("queue") {
+		return fmt.Errorf("--max-conns %d: want more than --parallel + --queue (%d), so that the queue can fill and /health still answers", maxConns, c.Int("parallel")+c.Int("queue"))
+	}
 	o, err := Open(c, c.Int("parallel"))
 	if err != nil {
 		return err
@@ -171,6 +196,9 @@ func serveAction(c *cli.Context) error {
 	defer o.L.Close()
 	cfg := o.Cfg
 	cfg.Queue, cfg.APIKey, cfg.MaxBodyBytes, cfg.Metrics = c.Int("queue"), c.String("api-key"), c.Int64("max-body"), c.Bool("metrics")
+	cfg.Host, cfg.CORSOrigin, cfg.MaxConns = host, c.String("cors-origin"), maxConns
+	cfg.ReadHeaderTimeout, cfg.ReadTimeout = c.Duration("read-header-timeout"), c.Duration("read-timeout")
+	cfg.IdleTimeout, cfg.WriteTimeout = c.Duration("idle-timeout"), c.Duration("write-timeout")
 	cfg.ModelID = c.String("model-id")
 	if cfg.ModelID == "" {
 		cfg.ModelID = strings.TrimSuffix(filepath.Base(o.L.Path), ".sinf")
@@ -197,9 +225,19 @@ func serveAction(c *cli.Context) error {
 
 // Run serves on ln until ctx is done, then shuts down: it stops accepting,
 // lets running requests finish for grace, then cancels them at their next
-// token and waits for their handlers.
+// token and waits for their handlers. The server's Config gives the read,
+// header and idle timeouts, the connection cap (MaxConns) and the write
+// deadline of each answer (WriteTimeout, set by the handlers per chunk).
 func Run(ctx context.Context, ln net.Listener, srv *Server, grace time.Duration, log interface{ Write([]byte) (int, error) }) error {
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	cfg := srv.cfg
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout,
+		MaxHeaderBytes: 64 << 10}
+	if hs.ReadHeaderTimeout == 0 {
+		hs.ReadHeaderTimeout = hs.ReadTimeout // net/http's rule, stated
+	}
+	if cfg.MaxConns > 0 {
+		ln = newLimitListener(ln, cfg.MaxConns)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -33,20 +33,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		prompt, e = completionPrompt(f)
 	}
-	var ids []int
-	if e == nil {
-		var err error
-		if ids, err = s.cfg.Model.Tok.EncodeChecked(prompt, s.cfg.AddBOS); err != nil {
-			e = badRequest("prompt", "%v", err)
-		} else {
-			e = s.checkPrompt("prompt", ids)
-		}
-	}
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	s.run(w, r, arrived, ids, req, "cmpl-", "text_completion",
+	encode := func() ([]int, *apiError) { return s.encode("prompt", prompt, s.cfg.AddBOS, nil) }
+	s.run(w, r, arrived, encode, req, "cmpl-", "text_completion",
 		func(text string) any {
 			return map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": nil}
 		},
@@ -59,7 +51,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 // the model's chat template (add_generation_prompt true; the extension field
 // chat_template_kwargs adds template variables such as enable_thinking),
 // and the rendered text is tokenized without adding BOS (the template
-// writes it), as HF's apply_chat_template does.
+// writes it), as HF's apply_chat_template does, except that control tokens
+// written in the request's strings are encoded as text (encodeChat).
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	f, e := s.readBody(w, r)
@@ -94,23 +87,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		e = badRequest("messages", "%s", msg)
 	}
-	var ids []int
-	if e == nil {
-		text, err := s.cfg.Template.Render(msgs, true, vars, chat.Options{MaxBytes: int(s.cfg.MaxBodyBytes) * 4})
-		if err != nil {
-			e = badRequest("messages", "%v", err)
-		} else if ids, err = s.cfg.Model.Tok.EncodeChecked(text, false); err != nil {
-			e = badRequest("messages", "%v", err)
-		} else {
-			e = s.checkPrompt("messages", ids)
-		}
-	}
 	if e != nil {
 		writeError(w, e)
 		return
 	}
+	encode := func() ([]int, *apiError) { return s.encodeChat("messages", msgs, vars) }
 	first := true
-	s.run(w, r, arrived, ids, req, "chatcmpl-", "chat.completion",
+	s.run(w, r, arrived, encode, req, "chatcmpl-", "chat.completion",
 		func(text string) any {
 			d := map[string]any{"content": text}
 			if first {
@@ -130,17 +113,30 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		})
 }
 
-// run admits and generates a parsed request and writes the response: one
-// JSON object, or with stream: true server-sent chunks (object+".chunk" for
-// chat), a last chunk with finish_reason, a usage chunk when
-// stream_options.include_usage, and [DONE]. chunk builds a streamed choice,
-// whole the non-streamed one, last (chat) the final streamed choice.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, ids []int, req request, prefix, object string,
+// run admits a parsed request, then encodes its prompt (encode: the
+// template rendered and the text tokenized only once the request holds its
+// place), generates, and writes the response: one JSON object, or with
+// stream: true server-sent chunks (object+".chunk" for chat), a last chunk
+// with finish_reason, a usage chunk when stream_options.include_usage, and
+// [DONE]. chunk builds a streamed choice, whole the non-streamed one, last
+// (chat) the final streamed choice.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, encode func() ([]int, *apiError), req request, prefix, object string,
 	chunk func(text string) any, whole func(text, finish string) any, last func(finish string) any) {
 	if e := s.admit(); e != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, e)
 		return
+	}
+	defer s.release()
+	ids, e := encode()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if s.cfg.WriteTimeout > 0 {
+		// What is still buffered when the handler returns is written within
+		// the timeout too (guard lifts the deadline for the next request).
+		defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) }()
 	}
 	id, created, model := newID(prefix), time.Now().Unix(), s.cfg.ModelID
 	if !req.stream {
@@ -154,6 +150,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 			}
 			return
 		}
+		if s.cfg.WriteTimeout > 0 {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": object, "created": created, "model": model,
 			"choices": []any{whole(text.String(), o.finish)}, "usage": o.usage, "timings": o.timings})
 		return
@@ -162,7 +161,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 	if object == "chat.completion" {
 		chunkObject += ".chunk"
 	}
-	ev := startSSE(w)
+	ev := startSSE(w, s.cfg.WriteTimeout)
 	frame := func(choices []any) map[string]any {
 		return map[string]any{"id": id, "object": chunkObject, "created": created, "model": model, "choices": choices}
 	}

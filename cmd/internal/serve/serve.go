@@ -6,9 +6,18 @@
 //
 // Each of Config.Parallel slots is one runtime session (its own KV cache of
 // Context positions, its own kernel threads) whose dynamic neurons are
-// chosen at each request's prefill. Requests wait for a slot in a bounded
-// queue; a full queue is a 503 with Retry-After. A client that disconnects
-// stops its generation at the next token. The package links only format,
+// chosen at each request's prefill. A request takes its place in a bounded
+// queue (Parallel + Queue places; a full queue is a 503 with Retry-After)
+// before its template is rendered or its prompt tokenized, so that at most
+// Parallel + Queue prompts are encoded at once, each stopped as soon as it
+// passes the context. A client that disconnects, or stops reading a stream
+// for WriteTimeout, stops its generation at the next token.
+//
+// Without an API key only loopback Host names and Config.Host are served (a
+// DNS-rebinding guard); a request with an Origin header other than its own
+// or Config.CORSOrigin is a 403 (a web page cannot drive the server). Chat
+// message content is encoded as text: a control token written in it stays
+// text unless Config.ContentSpecialTokens. The package links only format,
 // runtime and runcmd, so sinf-run stays free of converter code.
 package serve
 
@@ -17,10 +26,12 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +41,7 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/chat"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
 // Config configures a Server.
@@ -50,8 +62,23 @@ type Config struct {
 	MaxTokens int // default max_tokens
 
 	APIKey       string // non-empty: /v1 and /metrics need "Authorization: Bearer APIKey"
-	MaxBodyBytes int64  // request body limit (413 above)
+	MaxBodyBytes int64  // request body limit (413 above, before reading when Content-Length says so)
 	Metrics      bool   // serve GET /metrics
+
+	// ContentSpecialTokens encodes chat prompts with every special token
+	// parsed, message content included, as HF's apply_chat_template does;
+	// false (the default) keeps content text (chat.Options.KeepAsText).
+	ContentSpecialTokens bool
+
+	Host       string // the listening host, accepted as a Host name besides loopback ones (without APIKey)
+	CORSOrigin string // one origin ("http://localhost:3000") allowed cross-origin requests; "": none
+
+	// Deadlines (0: none) and the connection cap of Run.
+	ReadHeaderTimeout time.Duration // request headers
+	ReadTimeout       time.Duration // headers and body
+	IdleTimeout       time.Duration // a keep-alive connection between requests
+	WriteTimeout      time.Duration // each write of a response (each streamed chunk): a client that reads nothing for this long is dropped
+	MaxConns          int           // open connections; more wait to be accepted (0: no cap)
 }
 
 // Server serves one model.
@@ -63,6 +90,9 @@ type Server struct {
 	done    chan struct{} // closed by Cancel
 	cancel  sync.Once
 	created int64
+	special []string // the tokenizer's special tokens, kept as text in chat content
+
+	bigEncodes atomic.Int64 // encodings of a bigPrompt text running
 
 	m metrics
 }
@@ -84,6 +114,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, slots: make(chan runcmd.Backend, cfg.Parallel), tickets: make(chan struct{}, cfg.Parallel+cfg.Queue),
 		done: make(chan struct{}), created: time.Now().Unix()}
+	if cfg.Model != nil && cfg.Model.Tok != nil && !cfg.ContentSpecialTokens {
+		s.special = cfg.Model.Tok.SpecialTokens()
+	}
 	for range cfg.Parallel {
 		b, err := cfg.NewBackend()
 		if err != nil {
@@ -111,8 +144,10 @@ func (s *Server) Close() {
 	s.all = nil
 }
 
-// Handler returns the HTTP routes.
-func (s *Server) Handler() http.Handler {
+// Handler returns the HTTP routes behind the Host and Origin checks.
+func (s *Server) Handler() http.Handler { return s.guard(s.routes()) }
+
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/models", s.auth(s.models))
@@ -173,12 +208,21 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "# HELP sinf_slots Slots (--parallel).\n# TYPE sinf_slots gauge\nsinf_slots %d\n", s.cfg.Parallel)
 }
 
-// readBody reads a request body within MaxBodyBytes.
+// readBody reads a request body within MaxBodyBytes: a Content-Length
+// above it is refused before reading. (ReadTimeout ends with the body:
+// net/http lifts the read deadline when it starts watching the connection
+// for the client going away.)
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (fields, *apiError) {
+	tooBig := func(limit int64) *apiError {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-body)", limit), Type: "invalid_request_error"}
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return nil, tooBig(s.cfg.MaxBodyBytes)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-body)", tooBig.Limit), Type: "invalid_request_error"}
+	var maxErr *http.MaxBytesError
+	if errors.As(err, &maxErr) {
+		return nil, tooBig(maxErr.Limit)
 	}
 	if err != nil {
 		return nil, badRequest("", "reading the request body: %v", err)
@@ -215,7 +259,7 @@ type outcome struct {
 var errCancelled = errors.New("generation cancelled")
 
 // admit takes a queue ticket, or answers 503 when the queue is full or the
-// server is shutting down. The caller releases the ticket.
+// server is shutting down. The caller releases the ticket (release).
 func (s *Server) admit() *apiError {
 	select {
 	case <-s.done:
@@ -232,11 +276,14 @@ func (s *Server) admit() *apiError {
 		Type: "server_error", Code: "server_busy"}
 }
 
+// release gives back an admitted request's ticket.
+func (s *Server) release() { <-s.tickets }
+
 // generate runs one admitted request on a free slot, sending text to out as
 // it becomes safe (stop strings held back and cut). It returns errCancelled
-// when the client went away or the server cancelled it.
+// when the client went away or the server cancelled it. The caller keeps
+// the ticket.
 func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req request, out output) (outcome, error) {
-	defer func() { <-s.tickets }()
 	var o outcome
 	var slot runcmd.Backend
 	select {
@@ -264,7 +311,7 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 			seed = seed<<8 | uint64(c)
 		}
 	}
-	maxTokens := min(req.maxTokens, slot.Context()-len(ids))
+	maxTokens := runtime.MaxNewTokens(slot.Context(), len(ids), req.maxTokens)
 	dec := s.cfg.Model.Tok.NewDecoder()
 	match := &stopMatcher{stops: req.stop}
 	var outErr error
@@ -332,6 +379,52 @@ func (s *Server) cancelled() bool {
 	}
 }
 
+// bigPrompt is the text length from which encode returns memory to the OS.
+const bigPrompt = 256 << 10
+
+// encode tokenizes an admitted request's prompt, stopping as soon as it
+// passes the context (a 400 context_length_exceeded), and checks the ids
+// (checkPrompt). plain are the ranges encoded as text (chat content).
+func (s *Server) encode(param, text string, addBOS bool, plain [][2]int) ([]int, *apiError) {
+	if len(text) >= bigPrompt {
+		// A long text's transient buffers (the regex engine's rune copy,
+		// 4 bytes a byte) would stay mapped until the next collection;
+		// the last of a burst of long prompts hands them back.
+		s.bigEncodes.Add(1)
+		defer func() {
+			if s.bigEncodes.Add(-1) == 0 {
+				debug.FreeOSMemory()
+			}
+		}()
+	}
+	ctx := s.Context()
+	o := tokenizer.EncodeOptions{AddBOS: addBOS, MaxTokens: ctx - 1}
+	for _, p := range plain {
+		o.Plain = append(o.Plain, tokenizer.Span{Start: p[0], End: p[1]})
+	}
+	ids, err := s.cfg.Model.Tok.EncodeWith(text, o)
+	var long *tokenizer.TooLongError
+	if errors.As(err, &long) {
+		e := badRequest(param, "%s: more than %d tokens, and the context is %d positions (--context): shorten the prompt", param, long.Limit, ctx)
+		e.Code = "context_length_exceeded"
+		return nil, e
+	}
+	if err != nil {
+		return nil, badRequest(param, "%v", err)
+	}
+	return ids, s.checkPrompt(param, ids)
+}
+
+// encodeChat renders messages through the template and encodes the prompt,
+// message content as text (unless ContentSpecialTokens).
+func (s *Server) encodeChat(param string, msgs json.RawMessage, vars map[string]json.RawMessage) ([]int, *apiError) {
+	p, err := s.cfg.Template.RenderPrompt(msgs, true, vars, chat.Options{MaxBytes: int(max(s.cfg.MaxBodyBytes, 1<<20)) * 4, KeepAsText: s.special})
+	if err != nil {
+		return nil, badRequest(param, "%v", err)
+	}
+	return s.encode(param, p.Text, false, p.Plain)
+}
+
 // checkPrompt refuses an empty prompt, one with ids the model has no
 // embedding for, and one that leaves no room in the context.
 func (s *Server) checkPrompt(param string, ids []int) *apiError {
@@ -355,19 +448,31 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// sse writes server-sent events.
+// sse writes server-sent events, each within the write deadline.
 type sse struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration // each event's write deadline (0: none)
 }
 
-func startSSE(w http.ResponseWriter) *sse {
+func startSSE(w http.ResponseWriter, timeout time.Duration) *sse {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	e := &sse{w: w, rc: http.NewResponseController(w), timeout: timeout}
+	e.deadline()
 	w.WriteHeader(http.StatusOK)
-	return &sse{w: w, rc: http.NewResponseController(w)}
+	return e
+}
+
+// deadline gives the next write timeout to finish: a client that stops
+// reading fills the socket buffers, the write fails, and the generation
+// stops (its slot is freed).
+func (e *sse) deadline() {
+	if e.timeout > 0 {
+		_ = e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
+	}
 }
 
 func (e *sse) send(v any) error {
@@ -375,6 +480,7 @@ func (e *sse) send(v any) error {
 	b.WriteString("data: ")
 	b.Write(marshal(v))
 	b.WriteString("\n\n")
+	e.deadline()
 	if _, err := io.WriteString(e.w, b.String()); err != nil {
 		return err
 	}
@@ -382,6 +488,7 @@ func (e *sse) send(v any) error {
 }
 
 func (e *sse) done() {
+	e.deadline()
 	_, _ = io.WriteString(e.w, "data: [DONE]\n\n")
 	_ = e.rc.Flush()
 }

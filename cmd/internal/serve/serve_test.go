@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,18 +92,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// hooked wraps a slot's backend: before each Generate it waits on gate (when
-// set), and each token calls onToken (when set); the last result is kept.
+// hooked wraps a slot's backend: before each Generate it sends the prompt
+// to prompts and waits on gate (when set), and each token calls onToken
+// (when set); the last result is kept. noEOS generates past EOS ids.
 type hooked struct {
 	runcmd.Backend
 	gate    chan struct{}
 	onToken func(n int)
 	last    chan runtime.Result
+	prompts chan []int
+	noEOS   bool
 }
 
 func (h *hooked) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.Result, error) {
+	if h.prompts != nil {
+		h.prompts <- slices.Clone(prompt)
+	}
 	if h.gate != nil {
 		<-h.gate
+	}
+	if h.noEOS {
+		opt.EOS = nil
 	}
 	n := 0
 	inner := opt.OnToken
@@ -130,10 +140,25 @@ type setup struct {
 	maxBody   int64
 	context   int
 	wrap      func(b runcmd.Backend) runcmd.Backend
+
+	writeTimeout   time.Duration
+	readTimeout    time.Duration
+	host           string
+	corsOrigin     string
+	contentSpecial bool
 }
 
 // newServer opens the file and serves it on an httptest server.
 func newServer(t testing.TB, o setup) (*httptest.Server, *serve.Server, *runcmd.Loaded) {
+	t.Helper()
+	srv, l := openServer(t, o)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { ts.Close(); srv.Close() })
+	return ts, srv, l
+}
+
+// openServer opens the file as a server (serve.New), not yet serving.
+func openServer(t testing.TB, o setup) (*serve.Server, *runcmd.Loaded) {
 	t.Helper()
 	l, err := runcmd.OpenSinf(o.file, false)
 	require.NoError(t, err)
@@ -149,15 +174,14 @@ func newServer(t testing.TB, o setup) (*httptest.Server, *serve.Server, *runcmd.
 		},
 		Parallel: max(1, o.parallel), Queue: o.queue, Sampling: runtime.SamplingParams{TopP: 1},
 		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
-		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true}
+		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true,
+		WriteTimeout: o.writeTimeout, ReadTimeout: o.readTimeout, Host: o.host, CORSOrigin: o.corsOrigin, ContentSpecialTokens: o.contentSpecial}
 	if terr != nil {
 		cfg.Template = nil
 	}
 	srv, err := serve.New(cfg)
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { ts.Close(); srv.Close() })
-	return ts, srv, l
+	return srv, l
 }
 
 func post(t *testing.T, url, body string, header ...string) (int, http.Header, []byte) {
