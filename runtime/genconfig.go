@@ -54,12 +54,44 @@ func ParseGenerationConfig(name string, data []byte) (GenerationConfig, error) {
 	return g, nil
 }
 
-// SamplingParams are a request's sampling settings, as NewSampler takes them:
-// Temperature 0 is greedy, TopK 0 no cut, TopP 1 no cut.
+// SamplingParams are a request's sampling settings, as NewSamplerParams
+// takes them (the Sampler's doc gives each step's formula): Temperature 0 is
+// greedy, TopK 0 no cut, TopP 1 no cut, MinP 0 no cut; RepeatPenalty 1 (or
+// 0), PresencePenalty 0 and FrequencyPenalty 0 change nothing; PenaltyLastN
+// is their window in tokens (0: off, −1: the whole sequence).
 type SamplingParams struct {
-	Temperature float64
-	TopK        int
-	TopP        float64
+	Temperature      float64
+	TopK             int
+	TopP             float64
+	MinP             float64
+	RepeatPenalty    float64 // HF repetition_penalty, llama.cpp repeat_penalty
+	PresencePenalty  float64 // OpenAI presence_penalty
+	FrequencyPenalty float64 // OpenAI frequency_penalty
+	PenaltyLastN     int     // llama.cpp repeat_last_n (DefaultPenaltyLastN)
+}
+
+// Check returns an error naming the first setting outside its range, in the
+// spelling name gives a field ("--top-p" or "top_p").
+func (p SamplingParams) Check(name func(field string) string) error {
+	switch {
+	case !(p.Temperature >= 0) || math.IsInf(p.Temperature, 0):
+		return fmt.Errorf("%s %g: want a finite number ≥ 0 (0: greedy)", name("temperature"), p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("%s %d: want ≥ 0 (0: no cut)", name("top_k"), p.TopK)
+	case !(p.TopP > 0 && p.TopP <= 1):
+		return fmt.Errorf("%s %g: want a probability in (0, 1]", name("top_p"), p.TopP)
+	case !(p.MinP >= 0 && p.MinP <= 1):
+		return fmt.Errorf("%s %g: want a fraction in [0, 1] (0: no cut)", name("min_p"), p.MinP)
+	case !(p.RepeatPenalty >= 0) || math.IsInf(p.RepeatPenalty, 0):
+		return fmt.Errorf("%s %g: want a finite number > 0 (1: off; above 1 penalizes repeats)", name("repeat_penalty"), p.RepeatPenalty)
+	case !(p.PresencePenalty >= -2 && p.PresencePenalty <= 2):
+		return fmt.Errorf("%s %g: want a number in [−2, 2] (0: off)", name("presence_penalty"), p.PresencePenalty)
+	case !(p.FrequencyPenalty >= -2 && p.FrequencyPenalty <= 2):
+		return fmt.Errorf("%s %g: want a number in [−2, 2] (0: off)", name("frequency_penalty"), p.FrequencyPenalty)
+	case p.PenaltyLastN < -1:
+		return fmt.Errorf("%s %d: want ≥ −1 (0: penalties off, −1: the whole sequence)", name("repeat_last_n"), p.PenaltyLastN)
+	}
+	return nil
 }
 
 // Sampling returns the sampling defaults the file asks for, resolved as HF
@@ -68,9 +100,9 @@ type SamplingParams struct {
 // top_p to 1. A do_sample with temperature 0 is greedy too.
 func (g GenerationConfig) Sampling() SamplingParams {
 	if g.DoSample == nil || !*g.DoSample {
-		return SamplingParams{Temperature: 0, TopK: 0, TopP: 1}
+		return SamplingParams{Temperature: 0, TopK: 0, TopP: 1, RepeatPenalty: 1, PenaltyLastN: DefaultPenaltyLastN}
 	}
-	p := SamplingParams{Temperature: 1, TopK: 50, TopP: 1}
+	p := SamplingParams{Temperature: 1, TopK: 50, TopP: 1, RepeatPenalty: 1, PenaltyLastN: DefaultPenaltyLastN}
 	if g.Temperature != nil {
 		p.Temperature = *g.Temperature
 	}

@@ -14,15 +14,15 @@ func TestGenerationConfig(t *testing.T) {
 	g, err := runtime.ParseGenerationConfig("g.json", []byte(`{"bos_token_id":1,"eos_token_id":[2,303],"do_sample":true,"temperature":0.6,"top_p":0.9}`))
 	require.NoError(t, err)
 	require.Equal(t, []int{2, 303}, g.EOS)
-	require.Equal(t, runtime.SamplingParams{Temperature: 0.6, TopK: 50, TopP: 0.9}, g.Sampling())
+	require.Equal(t, runtime.SamplingParams{Temperature: 0.6, TopK: 50, TopP: 0.9, RepeatPenalty: 1, PenaltyLastN: 64}, g.Sampling())
 	// Without do_sample, HF decodes greedily whatever temperature says.
 	g, err = runtime.ParseGenerationConfig("g.json", []byte(`{"eos_token_id":7,"temperature":0.6,"top_k":3}`))
 	require.NoError(t, err)
 	require.Equal(t, []int{7}, g.EOS)
-	require.Equal(t, runtime.SamplingParams{Temperature: 0, TopK: 0, TopP: 1}, g.Sampling())
+	require.Equal(t, runtime.SamplingParams{Temperature: 0, TopK: 0, TopP: 1, RepeatPenalty: 1, PenaltyLastN: 64}, g.Sampling())
 	g, err = runtime.ParseGenerationConfig("g.json", nil)
 	require.NoError(t, err)
-	require.Equal(t, runtime.SamplingParams{TopP: 1}, g.Sampling())
+	require.Equal(t, runtime.SamplingParams{TopP: 1, RepeatPenalty: 1, PenaltyLastN: 64}, g.Sampling())
 	for _, c := range []struct{ json, want string }{
 		{`{"temperature":-1}`, "g.json: field temperature -1: want a finite number ≥ 0"},
 		{`{"top_k":-2}`, "g.json: field top_k -2: want ≥ 0"},

@@ -73,6 +73,20 @@ func TestJSONReport(t *testing.T) {
 	require.Equal(t, "context", r.FinishReason)
 	require.Len(t, r.IDs, 3)
 	require.Equal(t, "note: generation stopped at the end of the context (8 positions) after 3 tokens; raise --context for more\n", stderr)
+	// --logprobs: one entry per generated id, with --top-logprobs most
+	// likely (greedy: the chosen one first), log probabilities below 0.
+	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "4", "--json", "--logprobs", "--top-logprobs", "2")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Logprobs, len(r.IDs))
+	for i, e := range r.Logprobs {
+		require.Equal(t, r.IDs[i], e.ID)
+		require.Len(t, e.Top, 2)
+		require.Equal(t, e.ID, e.Top[0].ID)
+		require.Equal(t, e.Logprob, e.Top[0].Logprob)
+		require.Less(t, e.Logprob, 0.0)
+		require.GreaterOrEqual(t, e.Top[0].Logprob, e.Top[1].Logprob)
+	}
 	// Dense mode computes every loaded neuron.
 	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json", "--mode", "dense")
 	require.NoError(t, err)
@@ -113,6 +127,10 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--top-p", "0"}, "--top-p"},
 		{[]string{"--temperature", "-1"}, "--temperature"},
 		{[]string{"--threads", "-3"}, "--threads"},
+		{[]string{"--min-p", "2"}, "--min-p 2: want a fraction in [0, 1]"},
+		{[]string{"--repeat-last-n", "-5"}, "--repeat-last-n -5"},
+		{[]string{"--frequency-penalty", "3"}, "--frequency-penalty 3"},
+		{[]string{"--top-logprobs", "2"}, "--top-logprobs needs --logprobs"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--prompt", ""}, "empty prompt"},
 		{[]string{"--prompt", long}, "context"},

@@ -113,12 +113,13 @@ func (f fields) string(k string, dst *string) *apiError {
 
 // Fields every endpoint reads; the endpoint adds prompt or messages.
 var commonFields = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
-	"stream_options", "n", "user", "mode", "phi", "alpha"}
+	"stream_options", "n", "user", "mode", "phi", "alpha",
+	"min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "logprobs"}
 
 // neutralFields are OpenAI fields accepted only at the value that changes
 // nothing (sinf does not implement them otherwise).
 var neutralFields = map[string]string{
-	"presence_penalty": "0", "frequency_penalty": "0", "logprobs": "false", "echo": "false", "best_of": "1",
+	"echo": "false", "best_of": "1",
 	"logit_bias": "{}", "parallel_tool_calls": "true",
 }
 
@@ -132,6 +133,8 @@ type request struct {
 	stop         []string
 	stream       bool
 	includeUsage bool
+	logprobs     bool // report each token's log probability
+	topLogprobs  int  // and the most likely ones' (0–20)
 }
 
 // checkFields rejects fields the endpoint does not know (naming them), and
@@ -214,6 +217,9 @@ func (s *Server) parseCommon(f fields) (request, *apiError) {
 	if r.sampling.TopK < 0 {
 		return r, badRequest("top_k", "top_k: %d, want ≥ 0 (0: no cut)", r.sampling.TopK)
 	}
+	if e := r.parseSampling(f); e != nil {
+		return r, e
+	}
 	if f.has("seed") {
 		var seed int64
 		if e := f.int64("seed", &seed); e != nil {
@@ -279,6 +285,59 @@ func (s *Server) parseCommon(f fields) (request, *apiError) {
 	}
 	return r, nil
 }
+
+// parseSampling reads the penalties, min_p and the logprobs fields (the
+// Sampler's doc gives their formulas): logprobs is true or false on
+// /v1/chat/completions, with top_logprobs 0–20, and an integer 0–20 (the
+// top tokens) on /v1/completions, as OpenAI's two APIs spell it.
+func (r *request) parseSampling(f fields) *apiError {
+	for _, p := range []struct {
+		k   string
+		dst *float64
+	}{{"min_p", &r.sampling.MinP}, {"repeat_penalty", &r.sampling.RepeatPenalty},
+		{"presence_penalty", &r.sampling.PresencePenalty}, {"frequency_penalty", &r.sampling.FrequencyPenalty}} {
+		if e := f.float(p.k, p.dst); e != nil {
+			return e
+		}
+	}
+	if e := f.int("repeat_last_n", &r.sampling.PenaltyLastN); e != nil {
+		return e
+	}
+	if err := r.sampling.Check(func(field string) string { return field + ":" }); err != nil {
+		param, _, _ := strings.Cut(err.Error(), ":")
+		return badRequest(param, "%v", err)
+	}
+	if f.has("logprobs") {
+		var n int
+		if json.Unmarshal(f["logprobs"], &r.logprobs) == nil {
+		} else if json.Unmarshal(f["logprobs"], &n) == nil && f.has("prompt") {
+			if n < 0 || n > maxTopLogprobs {
+				return badRequest("logprobs", "logprobs: %d, want 0 to %d (the most likely tokens reported per position)", n, maxTopLogprobs)
+			}
+			r.logprobs, r.topLogprobs = true, n
+		} else if f.has("prompt") {
+			return badRequest("logprobs", "logprobs: want an integer 0 to %d", maxTopLogprobs)
+		} else {
+			return badRequest("logprobs", "logprobs: want true or false (and top_logprobs for the most likely tokens)")
+		}
+	}
+	if f.has("top_logprobs") {
+		if e := f.int("top_logprobs", &r.topLogprobs); e != nil {
+			return e
+		}
+		if r.topLogprobs < 0 || r.topLogprobs > maxTopLogprobs {
+			return badRequest("top_logprobs", "top_logprobs: %d, want 0 to %d", r.topLogprobs, maxTopLogprobs)
+		}
+		if !r.logprobs {
+			return badRequest("top_logprobs", "top_logprobs needs logprobs: true")
+		}
+	}
+	return nil
+}
+
+// maxTopLogprobs is the most top tokens a request may ask for (OpenAI's
+// chat limit).
+const maxTopLogprobs = 20
 
 func (f fields) int64(k string, dst *int64) *apiError {
 	if err := json.Unmarshal(f[k], dst); err != nil {

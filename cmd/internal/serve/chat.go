@@ -149,7 +149,7 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			}
 		}()
 		var reply strings.Builder
-		_, err = srv.generate(ctx, time.Now(), ids, req, func(t string) error {
+		_, err = srv.generate(ctx, time.Now(), ids, req, func(t string, _ []tokenLogprob) error {
 			reply.WriteString(t)
 			_, err := io.WriteString(out, t)
 			return err

@@ -24,7 +24,7 @@ import (
 // ModelFlags are the flags that open a model and its sessions, shared by
 // serve and chat.
 func ModelFlags() []cli.Flag {
-	return append(runcmd.SparsityFlags(), []cli.Flag{
+	return append(append(runcmd.SparsityFlags(), runcmd.PenaltyFlags()...), []cli.Flag{
 		&cli.StringFlag{Name: "model", Usage: "a .sinf file", Required: true},
 		&cli.StringFlag{Name: "chat-template", Usage: "a file holding a Jinja chat template, in place of the model's (tokenizer_config.json chat_template)"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions per slot (0: the model's max_position_embeddings)"},
@@ -123,7 +123,7 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	dev := runcmd.DeviceOptions{Threads: threads, Context: c.Int("context"), Mapped: c.Bool("mapped")}
 	sam := l.Gen.Sampling()
 	sam = runcmd.SamplingFlags(c, sam)
-	if err := checkSampling(sam); err != nil {
+	if err := sam.Check(runcmd.FlagName); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -134,18 +134,6 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 		},
 		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens")}
 	return o, nil
-}
-
-func checkSampling(sam runtime.SamplingParams) error {
-	switch {
-	case !(sam.Temperature >= 0):
-		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", sam.Temperature)
-	case sam.TopK < 0:
-		return fmt.Errorf("--top-k %d: want ≥ 0 (0: no cut)", sam.TopK)
-	case !(sam.TopP > 0 && sam.TopP <= 1):
-		return fmt.Errorf("--top-p %g: want a probability in (0, 1]", sam.TopP)
-	}
-	return nil
 }
 
 func isLoopback(host string) bool {

@@ -46,12 +46,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	offset := 0
 	s.run(w, r, arrived, ids, req, "cmpl-", "text_completion",
-		func(text string) any {
-			return map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": nil}
+		func(text string, lps []tokenLogprob) any {
+			return map[string]any{"index": 0, "text": text, "logprobs": completionLogprobs(req, lps, &offset), "finish_reason": nil}
 		},
-		func(text, finish string) any {
-			return map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish}
+		func(text, finish string, lps []tokenLogprob) any {
+			return map[string]any{"index": 0, "text": text, "logprobs": completionLogprobs(req, lps, &offset), "finish_reason": finish}
 		}, nil)
 }
 
@@ -64,7 +65,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	f, e := s.readBody(w, r)
 	if e == nil {
-		e = checkFields(f, "messages", "max_completion_tokens", "chat_template_kwargs")
+		e = checkFields(f, "messages", "max_completion_tokens", "chat_template_kwargs", "top_logprobs")
 	}
 	if e == nil && f.has("max_completion_tokens") {
 		if f.has("max_tokens") {
@@ -111,15 +112,15 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	first := true
 	s.run(w, r, arrived, ids, req, "chatcmpl-", "chat.completion",
-		func(text string) any {
+		func(text string, lps []tokenLogprob) any {
 			d := map[string]any{"content": text}
 			if first {
 				d["role"], first = "assistant", false
 			}
-			return map[string]any{"index": 0, "delta": d, "logprobs": nil, "finish_reason": nil}
+			return map[string]any{"index": 0, "delta": d, "logprobs": chatLogprobs(req, lps), "finish_reason": nil}
 		},
-		func(text, finish string) any {
-			return map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "logprobs": nil, "finish_reason": finish}
+		func(text, finish string, lps []tokenLogprob) any {
+			return map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "logprobs": chatLogprobs(req, lps), "finish_reason": finish}
 		},
 		func(finish string) any {
 			d := map[string]any{}
@@ -136,7 +137,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // stream_options.include_usage, and [DONE]. chunk builds a streamed choice,
 // whole the non-streamed one, last (chat) the final streamed choice.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, ids []int, req request, prefix, object string,
-	chunk func(text string) any, whole func(text, finish string) any, last func(finish string) any) {
+	chunk func(text string, lps []tokenLogprob) any, whole func(text, finish string, lps []tokenLogprob) any, last func(finish string) any) {
 	if e := s.admit(); e != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, e)
@@ -145,7 +146,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 	id, created, model := newID(prefix), time.Now().Unix(), s.cfg.ModelID
 	if !req.stream {
 		var text bytes.Buffer
-		o, err := s.generate(r.Context(), arrived, ids, req, func(t string) error { text.WriteString(t); return nil })
+		var lps []tokenLogprob
+		o, err := s.generate(r.Context(), arrived, ids, req, func(t string, l []tokenLogprob) error {
+			text.WriteString(t)
+			lps = append(lps, l...)
+			return nil
+		})
 		if err != nil {
 			if !errors.Is(err, errCancelled) {
 				writeError(w, &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"})
@@ -155,7 +161,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": object, "created": created, "model": model,
-			"choices": []any{whole(text.String(), o.finish)}, "usage": o.usage, "timings": o.timings})
+			"choices": []any{whole(text.String(), o.finish, lps)}, "usage": o.usage, "timings": o.timings})
 		return
 	}
 	chunkObject := object
@@ -166,7 +172,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 	frame := func(choices []any) map[string]any {
 		return map[string]any{"id": id, "object": chunkObject, "created": created, "model": model, "choices": choices}
 	}
-	o, err := s.generate(r.Context(), arrived, ids, req, func(t string) error { return ev.send(frame([]any{chunk(t)})) })
+	o, err := s.generate(r.Context(), arrived, ids, req, func(t string, l []tokenLogprob) error { return ev.send(frame([]any{chunk(t, l)})) })
 	if errors.Is(err, errCancelled) {
 		return
 	}
@@ -189,4 +195,40 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 		_ = ev.send(u)
 	}
 	ev.done()
+}
+
+// chatLogprobs is a chat choice's logprobs: {"content": [...], "refusal":
+// null}, or null when the request did not ask.
+func chatLogprobs(req request, lps []tokenLogprob) any {
+	if !req.logprobs {
+		return nil
+	}
+	if lps == nil {
+		lps = []tokenLogprob{}
+	}
+	return map[string]any{"content": lps, "refusal": nil}
+}
+
+// completionLogprobs is a completions choice's logprobs in OpenAI's legacy
+// form: tokens, token_logprobs, top_logprobs (token → logprob, the
+// request's logprobs most likely) and text_offset (each token's byte offset
+// in the completion, counted on from *offset across streamed chunks); null
+// when the request did not ask.
+func completionLogprobs(req request, lps []tokenLogprob, offset *int) any {
+	if !req.logprobs {
+		return nil
+	}
+	tokens, lp, top, off := []string{}, []float64{}, []map[string]float64{}, []int{}
+	for _, e := range lps {
+		tokens, lp, off = append(tokens, e.Token), append(lp, e.Logprob), append(off, *offset)
+		*offset += len(e.Bytes)
+		m := map[string]float64{}
+		for _, t := range e.Top {
+			if _, dup := m[t.Token]; !dup {
+				m[t.Token] = t.Logprob
+			}
+		}
+		top = append(top, m)
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": off}
 }

@@ -186,8 +186,51 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (fields, *apiE
 	return parseBody(body)
 }
 
-// output receives a generation's text as it becomes safe to send.
-type output func(text string) error
+// output receives a generation's text as it becomes safe to send, with the
+// log probabilities (when the request asks) of the tokens generated since
+// the last call: a token's entry comes with the first text sent after it,
+// the tokens of a matched stop string included.
+type output func(text string, lps []tokenLogprob) error
+
+// tokenLogprob is one generated token's entry in OpenAI's chat logprobs
+// ("content" list); the completions form is built from it (completionLogprobs).
+type tokenLogprob struct {
+	Token   string       `json:"token"`
+	Logprob float64      `json:"logprob"`
+	Bytes   []int        `json:"bytes"`
+	Top     []topLogprob `json:"top_logprobs"`
+}
+
+type topLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// tokenText returns a token's text and bytes for logprobs: the bytes it
+// adds to the text (tokenizer.TokenBytes), or a special token's own piece.
+func (s *Server) tokenText(id int) (string, []int) {
+	b := s.cfg.Model.Tok.TokenBytes(id)
+	if b == nil {
+		b = []byte(s.cfg.Model.Tok.Token(id))
+	}
+	ints := make([]int, len(b))
+	for i, c := range b {
+		ints[i] = int(c)
+	}
+	return string(b), ints
+}
+
+func (s *Server) logprobEntry(lp runtime.Logprobs) tokenLogprob {
+	e := tokenLogprob{Logprob: lp.Chosen.Logprob, Top: []topLogprob{}}
+	e.Token, e.Bytes = s.tokenText(lp.Chosen.ID)
+	for _, t := range lp.Top {
+		tt := topLogprob{Logprob: t.Logprob}
+		tt.Token, tt.Bytes = s.tokenText(t.ID)
+		e.Top = append(e.Top, tt)
+	}
+	return e
+}
 
 // timings are sinf's per-response figures (an extension field "timings").
 type timings struct {
@@ -269,9 +312,12 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 	match := &stopMatcher{stops: req.stop}
 	var outErr error
 	n := 0
+	sampler := runtime.NewSamplerParams(req.sampling, seed)
+	sampler.Logprobs, sampler.TopLogprobs = req.logprobs, req.topLogprobs
+	var lps []tokenLogprob // not yet sent
 	res, err := slot.Generate(ids, runtime.GenerateOptions{
 		MaxTokens: maxTokens,
-		Sampler:   runtime.NewSampler(req.sampling.Temperature, req.sampling.TopK, req.sampling.TopP, seed),
+		Sampler:   sampler,
 		Sparsity:  req.sparsity,
 		EOS:       s.cfg.EOS,
 		OnToken: func(id int) {
@@ -283,8 +329,12 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 			if slices.Contains(s.cfg.EOS, id) {
 				return // the end marker is not text
 			}
+			if req.logprobs {
+				lps = append(lps, s.logprobEntry(sampler.Last()))
+			}
 			if t := match.add(dec.Add(id)); t != "" && outErr == nil {
-				outErr = out(t)
+				outErr = out(t, lps)
+				lps = nil
 			}
 		},
 		Stop: func() bool {
@@ -300,8 +350,8 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 		s.m.cancelled.Add(1)
 		return o, errCancelled
 	}
-	if t := match.flush(dec.Flush()); t != "" {
-		if err := out(t); err != nil {
+	if t := match.flush(dec.Flush()); t != "" || len(lps) > 0 {
+		if err := out(t, lps); err != nil {
 			s.m.cancelled.Add(1)
 			return o, errCancelled
 		}

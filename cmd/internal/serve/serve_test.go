@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,7 +391,14 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/completions", `{"prompt":"a","n":2}`, 400, "n", "n: 2 choices asked; sinf generates one (n = 1)"},
 		{"/v1/completions", `{"prompt":"a","model":"gpt-4"}`, 404, "model", `the model "gpt-4" does not exist: this server serves "ts"`},
 		{"/v1/completions", `{"prompt":"a","frobnicate":1,"suffix":"x"}`, 400, "frobnicate", "unsupported field(s): frobnicate, suffix"},
-		{"/v1/completions", `{"prompt":"a","presence_penalty":0.5}`, 400, "presence_penalty", "presence_penalty: not supported by sinf (only 0 is accepted)"},
+		{"/v1/completions", `{"prompt":"a","presence_penalty":2.5}`, 400, "presence_penalty", "presence_penalty: 2.5: want a number in [−2, 2] (0: off)"},
+		{"/v1/completions", `{"prompt":"a","min_p":1.5}`, 400, "min_p", "min_p: 1.5: want a fraction in [0, 1]"},
+		{"/v1/completions", `{"prompt":"a","repeat_last_n":-2}`, 400, "repeat_last_n", "repeat_last_n: -2: want ≥ −1"},
+		{"/v1/completions", `{"prompt":"a","logprobs":21}`, 400, "logprobs", "logprobs: 21, want 0 to 20"},
+		{"/v1/completions", `{"prompt":"a","top_logprobs":2}`, 400, "top_logprobs", "unsupported field(s): top_logprobs"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":3}`, 400, "logprobs", "logprobs: want true or false"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}`, 400, "top_logprobs", "top_logprobs needs logprobs: true"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":30}`, 400, "top_logprobs", "top_logprobs: 30, want 0 to 20"},
 		{"/v1/completions", `{"prompt":"a","temperature":-1}`, 400, "temperature", "temperature: -1, want ≥ 0 (0: greedy)"},
 		{"/v1/completions", `{"prompt":"a","top_p":0}`, 400, "top_p", "top_p: 0, want a probability in (0, 1]"},
 		{"/v1/completions", `{"prompt":"a","max_tokens":0}`, 400, "max_tokens", "max_tokens: 0, want ≥ 1"},
@@ -795,4 +803,143 @@ func TestChatTemplateKwargs(t *testing.T) {
 	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"a cat"}]}`)
 	require.Equal(t, 400, code)
 	require.Contains(t, string(b), `"message":"chat template: say greeting"`)
+}
+
+// refSampled generates on a fresh session with sampler p (seed 0) and
+// logprobs on, and returns the ids and each step's log probabilities.
+func refSampled(t *testing.T, l *runcmd.Loaded, ids []int, maxTokens int, p runtime.SamplingParams, top int) ([]int, []runtime.Logprobs) {
+	t.Helper()
+	b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: 1})
+	require.NoError(t, err)
+	defer b.Close()
+	s := runtime.NewSamplerParams(p, 0)
+	s.Logprobs, s.TopLogprobs = true, top
+	var lps []runtime.Logprobs
+	res, err := b.Generate(ids, runtime.GenerateOptions{MaxTokens: maxTokens, EOS: l.EOS(), Sampler: s,
+		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
+		OnToken: func(int) {
+			lp := s.Last()
+			lp.Top = slices.Clone(lp.Top)
+			lps = append(lps, lp)
+		}})
+	require.NoError(t, err)
+	return res.IDs, lps
+}
+
+// TestLogprobs: /v1/completions' legacy logprobs (tokens, token_logprobs,
+// top_logprobs, text_offset) and chat's (content entries with bytes and
+// top_logprobs, streamed with their chunks) are the sampler's, token by
+// token, as a session generating alone reports them.
+func TestLogprobs(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file})
+	ids := l.Tok.Encode("Once upon a time", l.Tok.AddsBOS())
+	want, wantLP := refSampled(t, l, ids, 8, runtime.SamplingParams{TopP: 1}, 3)
+	require.Len(t, want, 8)
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"logprobs":3}`)
+	require.Equal(t, 200, code, "%s", b)
+	var c struct {
+		Choices []struct {
+			Text     string
+			Logprobs struct {
+				Tokens        []string
+				TokenLogprobs []float64            `json:"token_logprobs"`
+				TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+				TextOffset    []int                `json:"text_offset"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &c))
+	lp := c.Choices[0].Logprobs
+	require.Len(t, lp.Tokens, 8)
+	off := 0
+	for i, id := range want {
+		require.Equal(t, string(l.Tok.TokenBytes(id)), lp.Tokens[i], "token %d", i)
+		require.InDelta(t, wantLP[i].Chosen.Logprob, lp.TokenLogprobs[i], 1e-12, "token %d", i)
+		require.Less(t, lp.TokenLogprobs[i], 0.0)
+		require.Equal(t, off, lp.TextOffset[i])
+		off += len(l.Tok.TokenBytes(id))
+		require.Len(t, lp.TopLogprobs[i], 3, "token %d", i)
+		// greedy: the chosen token is the most likely one
+		require.InDelta(t, wantLP[i].Top[0].Logprob, lp.TopLogprobs[i][lp.Tokens[i]], 1e-12)
+		for _, e := range wantLP[i].Top {
+			require.InDelta(t, e.Logprob, lp.TopLogprobs[i][string(l.Tok.TokenBytes(e.ID))], 1e-12)
+		}
+	}
+
+	// chat, streamed: each chunk carries the entries of its tokens
+	chatIDs := l.Tok.Encode("user: Tell me a story\nStory:", false)
+	want, wantLP = refSampled(t, l, chatIDs, 6, runtime.SamplingParams{TopP: 1}, 2)
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":6,"stream":true,"logprobs":true,"top_logprobs":2}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	type entry struct {
+		Token   string
+		Logprob float64
+		Bytes   []int
+		Top     []struct {
+			Token   string
+			Logprob float64
+		} `json:"top_logprobs"`
+	}
+	var got []entry
+	var text strings.Builder
+	for _, e := range events(t, resp.Body) {
+		if e == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta    map[string]any
+				Logprobs *struct{ Content []entry }
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(e), &ch), e)
+		if len(ch.Choices) == 0 || ch.Choices[0].Logprobs == nil {
+			continue
+		}
+		if s, ok := ch.Choices[0].Delta["content"].(string); ok {
+			text.WriteString(s)
+		}
+		got = append(got, ch.Choices[0].Logprobs.Content...)
+	}
+	require.Len(t, got, len(want))
+	var joined []byte
+	for i, id := range want {
+		bs := l.Tok.TokenBytes(id)
+		joined = append(joined, bs...)
+		require.Equal(t, string(bs), got[i].Token)
+		require.Len(t, got[i].Bytes, len(bs))
+		require.InDelta(t, wantLP[i].Chosen.Logprob, got[i].Logprob, 1e-12)
+		require.Len(t, got[i].Top, 2)
+		require.InDelta(t, wantLP[i].Top[1].Logprob, got[i].Top[1].Logprob, 1e-12)
+	}
+	// the decoder strips the text's leading space (stories' Strip); the bytes keep it
+	require.Equal(t, strings.TrimPrefix(string(joined), " "), text.String())
+}
+
+// TestPenalties: a request's repeat, presence and frequency penalties and
+// min_p reach the sampler: the greedy reply is a session's with the same
+// settings, and differs from the unpenalized one.
+func TestPenalties(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file})
+	ids := l.Tok.Encode("Once upon a time", l.Tok.AddsBOS())
+	plain, _ := refSampled(t, l, ids, 16, runtime.SamplingParams{TopP: 1}, 0)
+	p := runtime.SamplingParams{TopP: 1, RepeatPenalty: 1.5, PresencePenalty: 0.5, FrequencyPenalty: 0.25, PenaltyLastN: 16}
+	want, _ := refSampled(t, l, ids, 16, p, 0)
+	require.NotEqual(t, plain, want, "the penalties change this reply")
+	dec := l.Tok.NewDecoder()
+	var text strings.Builder
+	for _, id := range want {
+		if !slices.Contains(l.EOS(), id) {
+			text.WriteString(dec.Add(id))
+		}
+	}
+	text.WriteString(dec.Flush())
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":16,"temperature":0,
+		"repeat_penalty":1.5,"presence_penalty":0.5,"frequency_penalty":0.25,"repeat_last_n":16,"min_p":0.1}`)
+	require.Equal(t, 200, code, "%s", b)
+	require.Equal(t, text.String(), decode(t, b).Choices[0].Text)
 }
