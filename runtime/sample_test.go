@@ -160,3 +160,38 @@ func TestSamplerLogprobs(t *testing.T) {
 	require.Len(t, s.Last().Top, 5)
 	require.Equal(t, 3, s.Last().Top[4].ID)
 }
+
+// evenOnly allows even ids and records what was accepted.
+type evenOnly struct{ accepted []int }
+
+func (e *evenOnly) Mask(a []bool) int {
+	n := 0
+	for i := range a {
+		if a[i] = i%2 == 0; a[i] {
+			n++
+		}
+	}
+	return n
+}
+func (e *evenOnly) Allowed(id int) bool { return id%2 == 0 }
+func (e *evenOnly) Accept(id int)       { e.accepted = append(e.accepted, id) }
+
+// TestSamplerConstraint: a constraint removes tokens before everything else:
+// greedy takes the most likely allowed token, sampling renormalizes over the
+// allowed ones (then top-k counts only them), and the pick is accepted.
+func TestSamplerConstraint(t *testing.T) {
+	logits := []float32{1, 3, 2, 0.5, -1}
+	c := &evenOnly{}
+	g := runtime.NewSampler(0, 0, 1, 1)
+	g.Constraint = c
+	require.False(t, g.Greedy())
+	require.Equal(t, 2, g.Sample(logits))
+	require.Equal(t, []int{2}, c.accepted)
+	s := runtime.NewSamplerParams(runtime.SamplingParams{Temperature: 1, TopP: 1}, 1)
+	s.Constraint = c
+	p := softmax64([]float64{1, 2, -1})
+	requireDist(t, []float64{p[0], 0, p[1], 0, p[2]}, s.Distribution(logits, nil))
+	s.TopK = 2 // the two most likely allowed: ids 2 and 0
+	p = softmax64([]float64{1, 2})
+	requireDist(t, []float64{p[0], 0, p[1], 0, 0}, s.Distribution(logits, nil))
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/constrain"
 	"github.com/selectinfer/sinf/runtime/kernels"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
@@ -102,6 +103,7 @@ func Flags() []cli.Flag {
 	}, PenaltyFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "logprobs", Usage: "--json: report each generated token's log probability (the model's, before penalties, temperature and cuts)"},
 		&cli.IntFlag{Name: "top-logprobs", Usage: "--json with --logprobs: also the N most likely tokens' at each position"},
+		&cli.StringFlag{Name: "format", Usage: "constrain the output to JSON: 'json' for any JSON object, or a JSON Schema file (OpenAI strict mode's subset: runtime/constrain)"},
 		&cli.IntFlag{Name: "threads", Usage: ThreadsUsage},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
@@ -305,6 +307,9 @@ func Action(open Opener) cli.ActionFunc {
 		}
 		sampler := runtime.NewSamplerParams(sam, c.Uint64("seed"))
 		sampler.Logprobs, sampler.TopLogprobs = c.Bool("logprobs"), c.Int("top-logprobs")
+		if sampler.Constraint, err = formatFlag(c, l, eos); err != nil {
+			return err
+		}
 		var lps []TokenLogprobs
 		out := bufio.NewWriter(c.App.Writer)
 		dec := l.Tok.NewDecoder()
@@ -392,6 +397,29 @@ func SamplingFlags(c *cli.Context, def runtime.SamplingParams) runtime.SamplingP
 		def.FrequencyPenalty = c.Float64("frequency-penalty")
 	}
 	return def
+}
+
+// formatFlag returns --format's constraint: nil without the flag.
+func formatFlag(c *cli.Context, l *Loaded, eos []int) (runtime.Constraint, error) {
+	f := c.String("format")
+	if f == "" {
+		return nil, nil
+	}
+	node := constrain.JSONObject()
+	if f != "json" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--format: %w", err)
+		}
+		if node, err = constrain.Compile(f, b); err != nil {
+			return nil, fmt.Errorf("--format: %w", err)
+		}
+	}
+	v := constrain.NewVocab(l.Model.Config.Vocab, l.Tok.TokenBytes)
+	if m := v.Missing(); m != "" {
+		return nil, fmt.Errorf("--format: this model's vocabulary has no token for %q, so it cannot write JSON", m)
+	}
+	return constrain.NewMatcher(node, v, eos), nil
 }
 
 // FlagName spells a SamplingParams field as its flag: "top_p" → "--top-p".

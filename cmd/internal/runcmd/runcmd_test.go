@@ -131,6 +131,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--repeat-last-n", "-5"}, "--repeat-last-n -5"},
 		{[]string{"--frequency-penalty", "3"}, "--frequency-penalty 3"},
 		{[]string{"--top-logprobs", "2"}, "--top-logprobs needs --logprobs"},
+		{[]string{"--format", "json"}, `--format: this model's vocabulary has no token for "{}[]"`},
+		{[]string{"--format", filepath.Join(t.TempDir(), "none.json")}, "--format: open"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--prompt", ""}, "empty prompt"},
 		{[]string{"--prompt", long}, "context"},

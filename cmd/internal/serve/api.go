@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/constrain"
 )
 
 // apiError is an OpenAI-style error: {"error": {"message", "type", "param",
@@ -114,7 +115,7 @@ func (f fields) string(k string, dst *string) *apiError {
 // Fields every endpoint reads; the endpoint adds prompt or messages.
 var commonFields = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
 	"stream_options", "n", "user", "mode", "phi", "alpha",
-	"min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "logprobs"}
+	"min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "logprobs", "response_format"}
 
 // neutralFields are OpenAI fields accepted only at the value that changes
 // nothing (sinf does not implement them otherwise).
@@ -135,6 +136,8 @@ type request struct {
 	includeUsage bool
 	logprobs     bool // report each token's log probability
 	topLogprobs  int  // and the most likely ones' (0–20)
+	// format is response_format's document (nil: free text)
+	format *constrain.Node
 }
 
 // checkFields rejects fields the endpoint does not know (naming them), and
@@ -219,6 +222,15 @@ func (s *Server) parseCommon(f fields) (request, *apiError) {
 	}
 	if e := r.parseSampling(f); e != nil {
 		return r, e
+	}
+	if f.has("response_format") {
+		var e *apiError
+		if r.format, e = responseFormat(f["response_format"]); e != nil {
+			return r, e
+		}
+		if m := s.vocab().Missing(); r.format != nil && m != "" {
+			return r, badRequest("response_format", "response_format: this model's vocabulary has no token for %q, so it cannot write JSON", m)
+		}
 	}
 	if f.has("seed") {
 		var seed int64
@@ -333,6 +345,41 @@ func (r *request) parseSampling(f fields) *apiError {
 		}
 	}
 	return nil
+}
+
+// responseFormat reads response_format: {"type": "text"} (free text),
+// {"type": "json_object"} (a JSON object) or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict"}} (a document validating
+// against schema, of the subset constrain.Compile takes), as OpenAI's API
+// spells them; the document is enforced while sampling (runtime/constrain).
+func responseFormat(raw json.RawMessage) (*constrain.Node, *apiError) {
+	var rf struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict *bool           `json:"strict"`
+		} `json:"json_schema"`
+	}
+	if err := json.Unmarshal(raw, &rf); err != nil {
+		return nil, badRequest("response_format", "response_format: want {\"type\": \"text\", \"json_object\" or \"json_schema\"}: %v", err)
+	}
+	switch rf.Type {
+	case "text":
+		return nil, nil
+	case "json_object":
+		return constrain.JSONObject(), nil
+	case "json_schema":
+		if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 {
+			return nil, badRequest("response_format.json_schema.schema", "response_format.json_schema.schema: missing")
+		}
+		n, err := constrain.Compile("response_format.json_schema.schema", rf.JSONSchema.Schema)
+		if err != nil {
+			return nil, badRequest("response_format.json_schema.schema", "%v", err)
+		}
+		return n, nil
+	}
+	return nil, badRequest("response_format.type", "response_format.type: %q, want text, json_object or json_schema", rf.Type)
 }
 
 // maxTopLogprobs is the most top tokens a request may ask for (OpenAI's

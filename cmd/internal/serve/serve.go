@@ -30,6 +30,7 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/chat"
+	"github.com/selectinfer/sinf/runtime/constrain"
 )
 
 // Config configures a Server.
@@ -63,6 +64,7 @@ type Server struct {
 	done    chan struct{} // closed by Cancel
 	cancel  sync.Once
 	created int64
+	vocab   func() *constrain.Vocab // the token trie structured output walks, built on first use
 
 	m metrics
 }
@@ -84,6 +86,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, slots: make(chan runcmd.Backend, cfg.Parallel), tickets: make(chan struct{}, cfg.Parallel+cfg.Queue),
 		done: make(chan struct{}), created: time.Now().Unix()}
+	s.vocab = sync.OnceValue(func() *constrain.Vocab {
+		return constrain.NewVocab(cfg.Model.Model.Config.Vocab, cfg.Model.Tok.TokenBytes)
+	})
 	for range cfg.Parallel {
 		b, err := cfg.NewBackend()
 		if err != nil {
@@ -314,6 +319,9 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 	n := 0
 	sampler := runtime.NewSamplerParams(req.sampling, seed)
 	sampler.Logprobs, sampler.TopLogprobs = req.logprobs, req.topLogprobs
+	if req.format != nil {
+		sampler.Constraint = constrain.NewMatcher(req.format, s.vocab(), s.cfg.EOS)
+	}
 	var lps []tokenLogprob // not yet sent
 	res, err := slot.Generate(ids, runtime.GenerateOptions{
 		MaxTokens: maxTokens,

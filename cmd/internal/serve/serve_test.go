@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
@@ -42,6 +43,7 @@ var (
 	fileDir   string
 	chatFile  string // tinystories-656k with testTemplate, γ = 0.7 random
 	plainFile string // the same without a template
+	jsonFile  string // with the template and JSON's punctuation as tokens 2030–2047 (the story vocabulary has no braces)
 )
 
 // files converts tinystories-656k twice (with and without a chat template)
@@ -66,10 +68,49 @@ func files(t testing.TB) (withTemplate, without string) {
 			}
 			require.NoError(t, os.WriteFile(filepath.Join(model, n), b, 0o644))
 		}
+		withJSON := filepath.Join(fileDir, "json")
+		require.NoError(t, os.CopyFS(withJSON, os.DirFS(model)))
+		b, err := os.ReadFile(filepath.Join(model, "tokenizer.json"))
+		require.NoError(t, err)
+		var tj map[string]any
+		require.NoError(t, json.Unmarshal(b, &tj))
+		// the last 18 ids of the vocabulary become JSON's punctuation; the
+		// merges that make or use their old pieces go
+		mdl := tj["model"].(map[string]any)
+		vocab := mdl["vocab"].(map[string]any)
+		old := map[string]bool{}
+		for _, c := range []string{"{", "}", "[", "]", "\"", ":", ",", "{\"", "\":", "\",\"", "\"}", "true", "false", "null", "e", "+", "-", "."} {
+			for k, id := range vocab {
+				if id.(float64) == float64(2030+len(old)) {
+					old[k] = true
+					delete(vocab, k)
+					break
+				}
+			}
+			if _, ok := vocab[c]; ok {
+				delete(vocab, c)
+			}
+			vocab[c] = float64(2029 + len(old))
+		}
+		var merges []any
+		for _, mg := range mdl["merges"].([]any) {
+			var a, b string
+			if pair, ok := mg.([]any); ok {
+				a, b = pair[0].(string), pair[1].(string)
+			} else {
+				a, b, _ = strings.Cut(mg.(string), " ")
+			}
+			if !old[a] && !old[b] && !old[a+b] {
+				merges = append(merges, mg)
+			}
+		}
+		mdl["merges"] = merges
+		b, _ = json.Marshal(tj)
+		require.NoError(t, os.WriteFile(filepath.Join(withJSON, "tokenizer.json"), b, 0o644))
 		for _, c := range []struct {
 			dir, out string
 			dst      *string
-		}{{model, "ts-chat.sinf", &chatFile}, {src, "ts.sinf", &plainFile}} {
+		}{{model, "ts-chat.sinf", &chatFile}, {src, "ts.sinf", &plainFile}, {withJSON, "ts-json.sinf", &jsonFile}} {
 			ck, err := hf.Open(c.dir)
 			require.NoError(t, err)
 			*c.dst = filepath.Join(fileDir, c.out)
@@ -562,7 +603,7 @@ func TestClientDisconnect(t *testing.T) {
 		return &hooked{Backend: b, last: last, onToken: func(int) { time.Sleep(2 * time.Millisecond) }}
 	}})
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":400,"stream":true}`))
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":1200,"stream":true}`))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	sc := bufio.NewScanner(resp.Body)
@@ -942,4 +983,55 @@ func TestPenalties(t *testing.T) {
 		"repeat_penalty":1.5,"presence_penalty":0.5,"frequency_penalty":0.25,"repeat_last_n":16,"min_p":0.1}`)
 	require.Equal(t, 200, code, "%s", b)
 	require.Equal(t, text.String(), decode(t, b).Choices[0].Text)
+}
+
+// TestStructuredOutput: response_format json_schema makes even this tiny
+// story model's greedy reply a document that parses and validates (the
+// schema bounds its length: no free strings), streamed or not, on both
+// endpoints; json_object starts an object; an unsupported keyword is a 400.
+func TestStructuredOutput(t *testing.T) {
+	files(t)
+	ts, _, _ := newServer(t, setup{file: jsonFile})
+	schema := `{"type":"object","properties":{"color":{"enum":["red","blue"]},"n":{"type":"integer"},"ok":{"type":"boolean"},
+		"xs":{"type":"array","items":{"enum":[1,2,null]},"maxItems":3},"pt":{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}},
+		"required":["color","n","ok","xs","pt"],"additionalProperties":false}`
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	require.NoError(t, c.AddResource("s.json", doc))
+	val, err := c.Compile("s.json")
+	require.NoError(t, err)
+	rf := `"response_format":{"type":"json_schema","json_schema":{"name":"t","strict":true,"schema":` + schema + `}}`
+	check := func(text string) {
+		t.Helper()
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+		require.NoError(t, err, "%q", text)
+		require.NoError(t, val.Validate(inst), "%s", text)
+	}
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":1200,"temperature":0,`+rf+`}`)
+	require.Equal(t, 200, code, "%s", b)
+	out := decode(t, b)
+	require.Equal(t, "stop", *out.Choices[0].FinishReason, "%s", b)
+	check(out.Choices[0].Text)
+	// sampled, through the chat template
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"JSON please"}],"max_tokens":1200,"temperature":1,"seed":3,`+rf+`}`)
+	require.Equal(t, 200, code, "%s", b)
+	out = decode(t, b)
+	require.Equal(t, "stop", *out.Choices[0].FinishReason, "%s", b)
+	check(out.Choices[0].Message.Content)
+
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"response_format":{"type":"json_object"}}`)
+	require.Equal(t, 200, code, "%s", b)
+	require.True(t, strings.HasPrefix(strings.TrimLeft(decode(t, b).Choices[0].Text, " \n\t\r"), "{"), "%s", b)
+
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"string","pattern":"x"}}}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `response_format.json_schema.schema: keyword \"pattern\" is not supported`)
+	plain, _, _ := newServer(t, setup{file: chatFile})
+	code, _, b = post(t, plain.URL+"/v1/completions", `{"prompt":"a","response_format":{"type":"json_object"}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `response_format: this model's vocabulary has no token for \"{}[]\", so it cannot write JSON`)
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"a","response_format":{"type":"xml"}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `response_format.type: \"xml\", want text, json_object or json_schema`)
 }
