@@ -418,8 +418,11 @@ func completionPrompt(f fields) (string, *apiError) {
 }
 
 // chatMessages checks /v1/chat/completions' messages: a non-empty array of
-// objects with a string role and a string (or, with tool_calls, null)
-// content. They go to the template as sent.
+// objects with a role of system, developer (given to the template as
+// system, as OpenAI treats it), user, assistant or tool, and a content that
+// is a string, a list of text parts ({"type": "text", "text": ...}, joined
+// into one string for the template), or null with tool_calls. The rest of
+// each message goes to the template as sent.
 func chatMessages(f fields) (json.RawMessage, *apiError) {
 	if !f.has("messages") {
 		return nil, badRequest("messages", "messages: missing")
@@ -431,21 +434,51 @@ func chatMessages(f fields) (json.RawMessage, *apiError) {
 	if len(list) == 0 {
 		return nil, badRequest("messages", "messages: empty")
 	}
+	rewrite := false
 	for i, m := range list {
 		var role string
 		if err := json.Unmarshal(m["role"], &role); err != nil || role == "" {
 			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: want a string", i)
 		}
+		switch role {
+		case "system", "user", "assistant", "tool":
+		case "developer":
+			m["role"], rewrite = json.RawMessage(`"system"`), true
+		default:
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q, want system, developer, user, assistant or tool", i, role)
+		}
 		c, ok := m["content"]
 		var content string
+		var parts []struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
 		switch {
 		case !ok || string(c) == "null":
 			if _, calls := m["tool_calls"]; !calls {
 				return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: missing", i)
 			}
-		case json.Unmarshal(c, &content) != nil:
-			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: want a string (content parts are not supported)", i)
+		case json.Unmarshal(c, &content) == nil:
+		case json.Unmarshal(c, &parts) == nil:
+			var text strings.Builder
+			for j, p := range parts {
+				if p.Type != "text" || p.Text == nil {
+					return nil, badRequest(fmt.Sprintf("messages[%d].content[%d]", i, j), "messages[%d].content[%d]: a %q part; sinf takes text parts only ({\"type\": \"text\", \"text\": ...})", i, j, p.Type)
+				}
+				text.WriteString(*p.Text)
+			}
+			b, _ := json.Marshal(text.String())
+			m["content"], rewrite = b, true
+		default:
+			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: want a string or a list of text parts", i)
 		}
+	}
+	if rewrite {
+		b, err := json.Marshal(list)
+		if err != nil {
+			return nil, badRequest("messages", "messages: %v", err)
+		}
+		return b, nil
 	}
 	return f["messages"], nil
 }

@@ -25,16 +25,17 @@ import (
 // serve and chat.
 func ModelFlags() []cli.Flag {
 	return append(append(runcmd.SparsityFlags(), runcmd.PenaltyFlags()...), []cli.Flag{
-		&cli.StringFlag{Name: "model", Usage: "a .sinf file", Required: true},
+		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "a .sinf file", Required: true},
 		&cli.StringFlag{Name: "chat-template", Usage: "a file holding a Jinja chat template, in place of the model's (tokenizer_config.json chat_template)"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions per slot (0: the model's max_position_embeddings)"},
-		&cli.IntFlag{Name: "threads", Usage: "kernel threads per slot (0: the physical cores this process may use, divided among the slots)"},
+		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "kernel threads per slot (0: the physical cores this process may use, divided among the slots)"},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.Float64Flag{Name: "temperature", Usage: "default sampling temperature (default: generation_config.json's when it sets do_sample, else 0: greedy)"},
 		&cli.IntFlag{Name: "top-k", Usage: "default top-k (0: all; default: generation_config.json's)"},
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "default top-p (1: off; default: generation_config.json's)"},
-		&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "default max_tokens of a request"},
+		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 256, Usage: "default max_tokens of a request"},
+		&cli.IntFlag{Name: "max-tokens-limit", Value: 4096, Usage: "the most tokens one request generates, whatever its max_tokens asks (finish_reason length there; 0: up to the context)"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "completions: do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before serving (without it, a .sinf file is checked on its first open only, as sinf-run does)"},
 	}...)
@@ -87,6 +88,9 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	if c.Int("max-tokens") < 1 {
 		return nil, fmt.Errorf("--max-tokens %d: want ≥ 1", c.Int("max-tokens"))
 	}
+	if c.Int("max-tokens-limit") < 0 {
+		return nil, fmt.Errorf("--max-tokens-limit %d: want ≥ 0 (0: up to the context)", c.Int("max-tokens-limit"))
+	}
 	l, err := runcmd.OpenSinfWith(c.String("model"), runtime.OpenOptions{Verify: c.Bool("verify"), Cache: runtime.DefaultVerifyCache()})
 	if err != nil {
 		return nil, err
@@ -132,7 +136,8 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 			b, _, err := runcmd.NewGenerator(c.String("device"), l, dev)
 			return b, err
 		},
-		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens")}
+		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens"),
+		MaxTokensLimit: c.Int("max-tokens-limit")}
 	return o, nil
 }
 

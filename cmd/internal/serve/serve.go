@@ -49,6 +49,9 @@ type Config struct {
 	Sparsity  runtime.Sparsity       // defaults: --mode, --phi, --alpha
 	EOS       []int
 	MaxTokens int // default max_tokens
+	// MaxTokensLimit caps every request's max_tokens (0: no cap but the
+	// context), so that one request cannot hold a slot to the context end.
+	MaxTokensLimit int
 
 	APIKey       string // non-empty: /v1 and /metrics need "Authorization: Bearer APIKey"
 	MaxBodyBytes int64  // request body limit (413 above)
@@ -313,6 +316,9 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 		}
 	}
 	maxTokens := min(req.maxTokens, slot.Context()-len(ids))
+	if s.cfg.MaxTokensLimit > 0 {
+		maxTokens = min(maxTokens, s.cfg.MaxTokensLimit)
+	}
 	dec := s.cfg.Model.Tok.NewDecoder()
 	match := &stopMatcher{stops: req.stop}
 	var outErr error

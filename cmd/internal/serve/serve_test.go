@@ -171,6 +171,7 @@ type setup struct {
 	apiKey    string
 	maxBody   int64
 	context   int
+	limit     int // MaxTokensLimit
 	wrap      func(b runcmd.Backend) runcmd.Backend
 }
 
@@ -191,7 +192,8 @@ func newServer(t testing.TB, o setup) (*httptest.Server, *serve.Server, *runcmd.
 		},
 		Parallel: max(1, o.parallel), Queue: o.queue, Sampling: runtime.SamplingParams{TopP: 1},
 		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
-		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true}
+		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true,
+		MaxTokensLimit: o.limit}
 	if terr != nil {
 		cfg.Template = nil
 	}
@@ -454,7 +456,9 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/completions", `{"prompt":"` + long + `"}`, 400, "prompt", "tokens, and the context is 64 positions (--context): shorten the prompt"},
 		{"/v1/chat/completions", `{"messages":[]}`, 400, "messages", "messages: empty"},
 		{"/v1/chat/completions", `{"messages":[{"content":"x"}]}`, 400, "messages[0].role", "messages[0].role: want a string"},
-		{"/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`, 400, "messages[0].content", "content parts are not supported"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0]", `messages[0].content[0]: a "image_url" part; sinf takes text parts only`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":{"a":1}}]}`, 400, "messages[0].content", "messages[0].content: want a string or a list of text parts"},
+		{"/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 400, "messages[0].role", `messages[0].role: "wizard", want system, developer, user, assistant or tool`},
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"max_completion_tokens":2}`, 400, "max_completion_tokens", "give max_tokens or max_completion_tokens, not both"},
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages", "the context is 64 positions"},
 	} {
@@ -1034,4 +1038,26 @@ func TestStructuredOutput(t *testing.T) {
 	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"a","response_format":{"type":"xml"}}`)
 	require.Equal(t, 400, code)
 	require.Contains(t, string(b), `response_format.type: \"xml\", want text, json_object or json_schema`)
+}
+
+// TestContentPartsRolesLimit: text content parts are joined into the
+// message's string and developer is the system role (the same reply as the
+// plain form); max_tokens above --max-tokens-limit stops at the limit.
+func TestContentPartsRolesLimit(t *testing.T) {
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file, limit: 5})
+	plain := `{"messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"Tell me a story"}],"max_tokens":4}`
+	parts := `{"messages":[{"role":"developer","content":[{"type":"text","text":"Be kind."}]},{"role":"user","content":[{"type":"text","text":"Tell me "},{"type":"text","text":"a story"}]}],"max_tokens":4}`
+	code, _, a := post(t, ts.URL+"/v1/chat/completions", plain)
+	require.Equal(t, 200, code, "%s", a)
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", parts)
+	require.Equal(t, 200, code, "%s", b)
+	ca, cb := decode(t, a), decode(t, b)
+	require.Equal(t, ca.Choices[0].Message.Content, cb.Choices[0].Message.Content)
+	require.Equal(t, ca.Usage.PromptTokens, cb.Usage.PromptTokens)
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":100000000}`)
+	require.Equal(t, 200, code, "%s", b)
+	c := decode(t, b)
+	require.Equal(t, 5, c.Usage.CompletionTokens)
+	require.Equal(t, "length", *c.Choices[0].FinishReason)
 }
