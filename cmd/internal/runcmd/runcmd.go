@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -92,10 +93,10 @@ func NotFolder(path string) error {
 // Flags are the run flags common to sinf run and sinf-run.
 func Flags() []cli.Flag {
 	return slices.Concat(SparsityFlags(), []cli.Flag{
-		&cli.StringFlag{Name: "model", Usage: "model: a .sinf file (or, for sinf run, an HF checkpoint folder)", Required: true},
-		&cli.StringFlag{Name: "prompt", Usage: "prompt text"},
+		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model: a .sinf file (or, for sinf run, an HF checkpoint folder)", Required: true},
+		&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "prompt text (-: read it from standard input)"},
 		&cli.StringFlag{Name: "prompt-file", Usage: "read the prompt from this file"},
-		&cli.IntFlag{Name: "max-tokens", Value: 128, Usage: "tokens to generate at most"},
+		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 128, Usage: "tokens to generate at most"},
 		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy (default: generation_config.json's when it sets do_sample, else 0)"},
 		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "sample from the k most likely tokens (0: all; default: generation_config.json's when it sets do_sample)"},
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling probability mass (1: off; default: generation_config.json's when it sets do_sample)"},
@@ -104,7 +105,7 @@ func Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "logprobs", Usage: "--json: report each generated token's log probability (the model's, before penalties, temperature and cuts)"},
 		&cli.IntFlag{Name: "top-logprobs", Usage: "--json with --logprobs: also the N most likely tokens' at each position"},
 		&cli.StringFlag{Name: "format", Usage: "constrain the output to JSON: 'json' for any JSON object, or a JSON Schema file (OpenAI strict mode's subset: runtime/constrain)"},
-		&cli.IntFlag{Name: "threads", Usage: ThreadsUsage},
+		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: ThreadsUsage},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: what the run needs, the prompt's tokens + --max-tokens, at most the model's max_position_embeddings or sliding window)"},
@@ -153,7 +154,8 @@ type Report struct {
 	Device            DeviceInfo `json:"device"`
 	// FinishReason says why generation stopped: "eos" (the model emitted
 	// an end-of-sequence id, kept in ids), "length" (--max-tokens) or
-	// "context" (the KV cache was full: raise --context).
+	// "context" (the KV cache was full: raise --context) or "interrupted"
+	// (Ctrl-C: the report and the timings are printed all the same).
 	FinishReason string `json:"finish_reason"`
 	// Logprobs (with --logprobs): per generated token, its natural-log
 	// probability under the model and the --top-logprobs most likely.
@@ -332,7 +334,19 @@ func Action(open Opener) cli.ActionFunc {
 				}
 			},
 		}
+		sig := make(chan os.Signal, 1)
+		notifyInterrupt(sig)
+		interrupted := false
+		opt.Stop = func() bool {
+			select {
+			case <-sig:
+				interrupted = true
+			default:
+			}
+			return interrupted
+		}
 		res, err := s.Generate(ids, opt)
+		stopInterrupt(sig)
 		if err != nil {
 			return err
 		}
@@ -343,6 +357,10 @@ func Action(open Opener) cli.ActionFunc {
 			PeakRSSBytes: runtime.PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
 			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info,
 			FinishReason: finishReason(res, eos, opt.MaxTokens), Logprobs: lps}
+		if interrupted {
+			rep.FinishReason = "interrupted"
+			defer fmt.Fprintf(c.App.ErrWriter, "note: interrupted (Ctrl-C) after %s\n", Plural(len(res.IDs), "token"))
+		}
 		if rep.IDs == nil {
 			rep.IDs = []int{}
 		}
@@ -398,6 +416,14 @@ func SamplingFlags(c *cli.Context, def runtime.SamplingParams) runtime.SamplingP
 	}
 	return def
 }
+
+// notifyInterrupt and stopInterrupt route Ctrl-C (SIGINT) to a channel while
+// a run generates, so that it stops at the next token and prints its
+// report; tests replace them.
+var (
+	notifyInterrupt = func(c chan<- os.Signal) { signal.Notify(c, os.Interrupt) }
+	stopInterrupt   = func(c chan<- os.Signal) { signal.Stop(c) }
+)
 
 // formatFlag returns --format's constraint: nil without the flag.
 func formatFlag(c *cli.Context, l *Loaded, eos []int) (runtime.Constraint, error) {
@@ -556,6 +582,15 @@ func maxContextName(cfg runtime.Config) string {
 
 func promptText(c *cli.Context) (string, error) {
 	p := c.String("prompt")
+	if p == "-" {
+		b, err := io.ReadAll(io.LimitReader(c.App.Reader, 64<<20))
+		if err != nil {
+			return "", fmt.Errorf("--prompt -: reading standard input: %w", err)
+		}
+		if p = string(b); p == "" {
+			return "", errors.New("empty prompt: standard input held nothing (--prompt -)")
+		}
+	}
 	if f := c.String("prompt-file"); f != "" {
 		if p != "" {
 			return "", errors.New("give --prompt or --prompt-file, not both")

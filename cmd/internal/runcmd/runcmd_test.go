@@ -38,10 +38,50 @@ func slimFile(t *testing.T) string {
 
 // run runs the sinf-run command line in-process.
 func run(args ...string) (stdout, stderr string, err error) {
+	return runStdin("", args...)
+}
+
+// runStdin runs it with stdin as its standard input.
+func runStdin(stdin string, args ...string) (stdout, stderr string, err error) {
 	var o, e bytes.Buffer
-	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: &o, ErrWriter: &e}
+	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Reader: strings.NewReader(stdin), Writer: &o, ErrWriter: &e}
 	err = app.Run(append([]string{"sinf-run"}, args...))
 	return o.String(), e.String(), err
+}
+
+// TestShortFlagsStdinInterrupt: -m -p -n -t are --model --prompt
+// --max-tokens --threads; --prompt - reads the prompt from standard input;
+// Ctrl-C stops the run at the next token and it still prints its report
+// (finish_reason interrupted) and, without --json, its timings.
+func TestShortFlagsStdinInterrupt(t *testing.T) {
+	file := slimFile(t)
+	long, _, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "6", "--json", "--threads", "1")
+	require.NoError(t, err)
+	short, _, err := run("-m", file, "-p", "Once upon a time", "-n", "6", "--json", "-t", "1")
+	require.NoError(t, err)
+	var a, b runcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(long), &a))
+	require.NoError(t, json.Unmarshal([]byte(short), &b))
+	require.Equal(t, a.IDs, b.IDs)
+	piped, _, err := runStdin("Once upon a time", "-m", file, "-p", "-", "-n", "6", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(piped), &b))
+	require.Equal(t, a.PromptIDs, b.PromptIDs)
+	require.Equal(t, a.IDs, b.IDs)
+	_, _, err = runStdin("", "-m", file, "-p", "-")
+	require.ErrorContains(t, err, "standard input held nothing")
+
+	// an interrupt that has arrived before the first token: one token, then the report
+	defer runcmd.SetInterrupt(func(c chan<- os.Signal) { c <- os.Interrupt })()
+	out, _, err := run("-m", file, "-p", "Once upon a time", "-n", "50", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &b))
+	require.Equal(t, "interrupted", b.FinishReason)
+	require.Len(t, b.IDs, 1)
+	_, stderr, err := run("-m", file, "-p", "Once upon a time", "-n", "50")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "decode ")
+	require.Contains(t, stderr, ", 1 tokens, peak RSS")
 }
 
 func TestJSONReport(t *testing.T) {

@@ -26,7 +26,7 @@ func ChatCommand() *cli.Command {
 		UsageText: "sinf-run chat --model FILE.sinf [--system TEXT] [options]",
 		Flags: append(ModelFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "system", Usage: "a system message to open the conversation with"},
-			&cli.Uint64Flag{Name: "seed", Usage: "sampling seed (default: a random one per reply)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "sampling seed of each reply (0, as sinf-run's)"},
 		}...),
 		Action: func(c *cli.Context) error {
 			o, err := Open(c, 1)
@@ -50,14 +50,17 @@ func ChatCommand() *cli.Command {
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, os.Interrupt)
 			defer signal.Stop(sig)
-			req := request{maxTokens: cfg.MaxTokens, sampling: cfg.Sampling, sparsity: cfg.Sparsity}
-			if c.IsSet("seed") {
-				req.seed, req.seeded = c.Uint64("seed"), true
-			}
+			req := request{maxTokens: cfg.MaxTokens, sampling: cfg.Sampling, sparsity: cfg.Sparsity, seed: c.Uint64("seed"), seeded: true}
 			return chatLoop(srv, req, c.String("system"), c.App.Reader, c.App.Writer, sig)
 		},
 	}
 }
+
+const chatHelp = `commands:
+  /help    this list
+  /reset   forget the conversation (the --system message stays)
+  /exit    quit (also /quit, or Ctrl-D)
+Ctrl-C stops the reply being written; a line starting with // is sent with one /.`
 
 type message struct {
 	Role    string `json:"role"`
@@ -89,7 +92,7 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			}
 		}
 	}()
-	fmt.Fprintln(out, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over)")
+	fmt.Fprintln(out, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over; /help)")
 	for {
 		fmt.Fprint(out, "> ")
 		var line string
@@ -104,11 +107,15 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			fmt.Fprintln(out, "\n(Ctrl-D or /exit quits)")
 			continue
 		}
-		switch strings.TrimSpace(line) {
+		cmd := strings.TrimSpace(line)
+		switch cmd {
 		case "":
 			continue
 		case "/exit", "/quit":
 			return nil
+		case "/help", "/?":
+			fmt.Fprintln(out, chatHelp)
+			continue
 		case "/reset":
 			msgs = msgs[:0]
 			if system != "" {
@@ -116,6 +123,13 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			}
 			fmt.Fprintln(out, "(conversation cleared)")
 			continue
+		}
+		if strings.HasPrefix(cmd, "/") && !strings.HasPrefix(cmd, "//") {
+			fmt.Fprintf(out, "(unknown command %s; /help lists them, and // at the start sends a line that begins with /)\n", strings.Fields(cmd)[0])
+			continue
+		}
+		if strings.HasPrefix(strings.TrimLeft(line, " \t"), "//") {
+			line = strings.Replace(line, "//", "/", 1)
 		}
 		msgs = append(msgs, message{"user", line})
 		raw, _ := json.Marshal(msgs)

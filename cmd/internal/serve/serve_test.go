@@ -759,10 +759,11 @@ func TestChatLoop(t *testing.T) {
 	_, r2 := reference(t, l, l.Tok.Encode("user: Tell me a story\nassistant: "+r1+"\nuser: And then?\nStory:", false), 16)
 	require.NotEqual(t, r1, r2)
 	var out bytes.Buffer
-	in := strings.NewReader("Tell me a story\n/reset\nTell me a story\nAnd then?\n")
+	in := strings.NewReader("Tell me a story\n/reset\n/help\n/frob x\nTell me a story\nAnd then?\n")
 	require.NoError(t, serve.ChatLoop(srv, 1, "", in, &out, make(chan os.Signal)))
-	require.Equal(t, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over)\n"+
-		"> "+r1+"\n> (conversation cleared)\n> "+r1+"\n> "+r2+"\n> \n", out.String())
+	require.Equal(t, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over; /help)\n"+
+		"> "+r1+"\n> (conversation cleared)\n> "+serve.ChatHelp+"\n> (unknown command /frob; /help lists them, and // at the start sends a line that begins with /)\n> "+
+		r1+"\n> "+r2+"\n> \n", out.String())
 }
 
 // TestChatInterrupt: an interrupt during a reply stops that reply, keeps
