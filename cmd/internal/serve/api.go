@@ -138,6 +138,10 @@ type request struct {
 	topLogprobs  int  // and the most likely ones' (0–20)
 	// format is response_format's document (nil: free text)
 	format *constrain.Node
+	// dropOldest: a conversation past the context loses its oldest turns
+	// (drop_oldest_turns, default --drop-oldest-turns); dropped counts them.
+	dropOldest bool
+	dropped    int
 }
 
 // checkFields rejects fields the endpoint does not know (naming them), and
@@ -178,7 +182,10 @@ func compactJSON(raw json.RawMessage) string {
 // parseCommon reads the fields shared by both endpoints over the server's
 // defaults.
 func (s *Server) parseCommon(f fields) (request, *apiError) {
-	r := request{maxTokens: s.cfg.MaxTokens, sampling: s.cfg.Sampling, sparsity: s.cfg.Sparsity}
+	r := request{maxTokens: s.cfg.MaxTokens, sampling: s.cfg.Sampling, sparsity: s.cfg.Sparsity, dropOldest: s.cfg.DropOldestTurns}
+	if e := f.bool("drop_oldest_turns", &r.dropOldest); e != nil {
+		return r, e
+	}
 	if f.has("model") {
 		var m string
 		if e := f.string("model", &m); e != nil {

@@ -73,6 +73,8 @@ type message struct {
 // value on interrupt stops the reply being generated (the part written
 // stays in the conversation) or, at the prompt, says how to quit. End of
 // input, /exit or /quit ends it; /reset forgets all but the system message.
+// A conversation that outgrows the context loses its oldest turns
+// (fitTurns), which it says the first time.
 func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writer, interrupt <-chan os.Signal) error {
 	var msgs []message
 	if system != "" {
@@ -93,6 +95,7 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 		}
 	}()
 	fmt.Fprintln(out, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over; /help)")
+	told := false // that turns are dropped
 	for {
 		fmt.Fprint(out, "> ")
 		var line string
@@ -132,18 +135,33 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			line = strings.Replace(line, "//", "/", 1)
 		}
 		msgs = append(msgs, message{"user", line})
-		raw, _ := json.Marshal(msgs)
-		text, err := srv.cfg.Template.Render(raw, true, nil, chat.Options{})
+		list := make([]json.RawMessage, len(msgs))
+		for i, m := range msgs {
+			list[i], _ = json.Marshal(m)
+		}
+		positions := srv.Context()
+		ids, dropped, err := fitTurns(list, positions-replyRoom(req.maxTokens, positions), func(raw json.RawMessage) ([]int, error) {
+			text, err := srv.cfg.Template.Render(raw, true, nil, chat.Options{})
+			if err != nil {
+				return nil, err
+			}
+			return srv.cfg.Model.Tok.EncodeChecked(text, false)
+		})
 		if err != nil {
 			msgs = msgs[:len(msgs)-1]
-			fmt.Fprintf(out, "error: %v\n", err)
+			fmt.Fprintf(out, "error: %v; /reset to start over\n", err)
 			continue
 		}
-		ids, err := srv.cfg.Model.Tok.EncodeChecked(text, false)
-		if err != nil {
-			msgs = msgs[:len(msgs)-1]
-			fmt.Fprintf(out, "error: %v\n", err)
-			continue
+		if dropped > 0 {
+			first := 0
+			if system != "" {
+				first = 1
+			}
+			msgs = append(msgs[:first], msgs[first+dropped:]...)
+			if !told {
+				fmt.Fprintf(out, "(the conversation outgrew the context of %d positions: its oldest turns are dropped from now on, the system message kept)\n", positions)
+				told = true
+			}
 		}
 		if e := srv.checkPrompt("the conversation", ids); e != nil {
 			msgs = msgs[:len(msgs)-1]

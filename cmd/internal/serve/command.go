@@ -56,6 +56,7 @@ func Command() *cli.Command {
 			&cli.IntFlag{Name: "queue", Value: 16, Usage: "requests that may wait for a slot; more get 503 with Retry-After"},
 			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "request body limit in bytes (413 above)"},
 			&cli.StringFlag{Name: "model-id", Usage: "the model's id in /v1/models and requests (default: the file name without .sinf)"},
+			&cli.BoolFlag{Name: "drop-oldest-turns", Usage: "a chat request longer than the context loses its oldest turns (the system messages stay; the response's dropped_messages counts them) instead of a 400; a request's drop_oldest_turns overrides it"},
 			&cli.BoolFlag{Name: "metrics", Usage: "serve GET /metrics (Prometheus text: requests, tokens, time to first token, busy slots)"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM or SIGINT, let running requests finish this long, then cancel them"},
 		}...),
@@ -165,6 +166,7 @@ func serveAction(c *cli.Context) error {
 	cfg := o.Cfg
 	cfg.Queue, cfg.APIKey, cfg.MaxBodyBytes, cfg.Metrics = c.Int("queue"), c.String("api-key"), c.Int64("max-body"), c.Bool("metrics")
 	cfg.ModelID = c.String("model-id")
+	cfg.DropOldestTurns = c.Bool("drop-oldest-turns")
 	if cfg.ModelID == "" {
 		cfg.ModelID = strings.TrimSuffix(filepath.Base(o.L.Path), ".sinf")
 	}

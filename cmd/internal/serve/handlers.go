@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/selectinfer/sinf/runtime/chat"
@@ -65,7 +66,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	f, e := s.readBody(w, r)
 	if e == nil {
-		e = checkFields(f, "messages", "max_completion_tokens", "chat_template_kwargs", "top_logprobs")
+		e = checkFields(f, "messages", "max_completion_tokens", "chat_template_kwargs", "top_logprobs", "drop_oldest_turns")
 	}
 	if e == nil && f.has("max_completion_tokens") {
 		if f.has("max_tokens") {
@@ -106,6 +107,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			e = s.checkPrompt("messages", ids)
 		}
 	}
+	if req.dropOldest && (e != nil && e.Code == "context_length_exceeded" || e == nil && len(ids) > s.Context()-replyRoom(req.maxTokens, s.Context())) {
+		ids, req.dropped, e = s.fitChat(msgs, vars, req.maxTokens)
+	}
 	if e != nil {
 		writeError(w, e)
 		return
@@ -144,6 +148,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 		return
 	}
 	id, created, model := newID(prefix), time.Now().Unix(), s.cfg.ModelID
+	if req.dropped > 0 {
+		w.Header().Set("X-Sinf-Dropped-Messages", strconv.Itoa(req.dropped))
+	}
 	if !req.stream {
 		var text bytes.Buffer
 		var lps []tokenLogprob
@@ -160,8 +167,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 			}
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": object, "created": created, "model": model,
-			"choices": []any{whole(text.String(), o.finish, lps)}, "usage": o.usage, "timings": o.timings})
+		resp := map[string]any{"id": id, "object": object, "created": created, "model": model,
+			"choices": []any{whole(text.String(), o.finish, lps)}, "usage": o.usage, "timings": o.timings}
+		if req.dropped > 0 {
+			resp["dropped_messages"] = req.dropped
+		}
+		writeJSON(w, http.StatusOK, resp)
 		return
 	}
 	chunkObject := object
@@ -188,6 +199,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 		final["choices"] = []any{map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": o.finish}}
 	}
 	final["timings"] = o.timings
+	if req.dropped > 0 {
+		final["dropped_messages"] = req.dropped
+	}
 	_ = ev.send(final)
 	if req.includeUsage {
 		u := frame([]any{})

@@ -52,6 +52,9 @@ type Config struct {
 	// MaxTokensLimit caps every request's max_tokens (0: no cap but the
 	// context), so that one request cannot hold a slot to the context end.
 	MaxTokensLimit int
+	// DropOldestTurns is drop_oldest_turns' default: a chat request past
+	// the context loses its oldest turns instead of a 400 (context.go).
+	DropOldestTurns bool
 
 	APIKey       string // non-empty: /v1 and /metrics need "Authorization: Bearer APIKey"
 	MaxBodyBytes int64  // request body limit (413 above)

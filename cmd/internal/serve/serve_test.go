@@ -1062,3 +1062,43 @@ func TestContentPartsRolesLimit(t *testing.T) {
 	require.Equal(t, 5, c.Usage.CompletionTokens)
 	require.Equal(t, "length", *c.Choices[0].FinishReason)
 }
+
+// TestDropOldestTurns: a conversation past the context is a 400, or with
+// drop_oldest_turns the reply to its newest turns, the dropped messages
+// counted in the response and its header; the chat loop drops turns too,
+// says so once, and goes on.
+func TestDropOldestTurns(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file, context: 64, maxTokens: 8})
+	turn := `{"role":"user","content":"Once upon a time there was a dog named Max."},{"role":"assistant","content":"He liked to play in the park."}`
+	long := `{"messages":[{"role":"system","content":"Be kind."},` + strings.Repeat(turn+",", 3) + `{"role":"user","content":"And then?"}],"max_tokens":8`
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", long+`}`)
+	require.Equal(t, 400, code, "%s", b)
+	require.Contains(t, string(b), "context_length_exceeded")
+	code, h, b := post(t, ts.URL+"/v1/chat/completions", long+`,"drop_oldest_turns":true}`)
+	require.Equal(t, 200, code, "%s", b)
+	var resp struct {
+		Dropped int `json:"dropped_messages"`
+		Usage   struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &resp))
+	require.Equal(t, h.Get("X-Sinf-Dropped-Messages"), fmt.Sprint(resp.Dropped))
+	require.Equal(t, 0, resp.Dropped%2, "whole turns go")
+	kept := 3 - resp.Dropped/2
+	prompt := "system: Be kind.\n" + strings.Repeat("user: Once upon a time there was a dog named Max.\nassistant: He liked to play in the park.\n", kept) + "user: And then?\nStory:"
+	require.Equal(t, len(l.Tok.Encode(prompt, false)), resp.Usage.PromptTokens)
+	require.LessOrEqual(t, resp.Usage.PromptTokens, 64-8)
+	more := "system: Be kind.\n" + strings.Repeat("user: Once upon a time there was a dog named Max.\nassistant: He liked to play in the park.\n", kept+1) + "user: And then?\nStory:"
+	require.Greater(t, len(l.Tok.Encode(more, false)), 64-8, "no more turns than needed go")
+
+	// the chat loop: each line adds a turn; past the context, old turns go
+	_, srv, _ := newServer(t, setup{file: file, context: 48, maxTokens: 6})
+	var out bytes.Buffer
+	in := strings.NewReader(strings.Repeat("Once upon a time there was a dog named Max.\n", 6))
+	require.NoError(t, serve.ChatLoop(srv, 1, "Be kind.", in, &out, make(chan os.Signal)))
+	require.Equal(t, 1, strings.Count(out.String(), "(the conversation outgrew the context of 48 positions: its oldest turns are dropped from now on, the system message kept)"), out.String())
+	require.NotContains(t, out.String(), "error:")
+	require.Equal(t, 7, strings.Count(out.String(), "> "), out.String())
+}
