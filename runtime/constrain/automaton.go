@@ -16,6 +16,7 @@ const (
 	fString               // inside a string (a value, or an object's free key)
 	fNumber               // inside a number
 	fLiteral              // matching one of a set of literals (enum, true, false, null, a key)
+	fExact                // the text before the root value (lits[0]), then the root value of node
 )
 
 // object sub-states
@@ -102,9 +103,18 @@ func (a *arena) reset() {
 	}
 }
 
-func newState(root *Node) state {
+// newState starts a document: prefix, the root value, suffix (the texts
+// exactly, no whitespace around them when given).
+func newState(root *Node, prefix, suffix []byte) state {
 	s := state{top: frame{kind: fRoot}}
-	s.push(nil, frame{kind: fValue, node: root})
+	if len(suffix) > 0 {
+		s.top.lits = [][]byte{suffix}
+	}
+	if len(prefix) > 0 {
+		s.push(nil, frame{kind: fExact, node: root, lits: [][]byte{prefix}})
+	} else {
+		s.push(nil, frame{kind: fValue, node: root})
+	}
 	return s
 }
 
@@ -123,8 +133,8 @@ func (s *state) pop() {
 func (s *state) done() bool {
 	switch {
 	case s.top.kind == fRoot:
-		return s.top.st == 1
-	case s.below == nil || s.below.f.kind != fRoot:
+		return s.top.st == 1 && (s.top.lits == nil || int(s.top.pos) == len(s.top.lits[0]))
+	case s.below == nil || s.below.f.kind != fRoot || s.below.f.lits != nil:
 		return false
 	case s.top.kind == fNumber:
 		st := s.top.st
@@ -172,7 +182,22 @@ func (s *state) step(a *arena, b byte) bool {
 		f := &s.top
 		switch f.kind {
 		case fRoot:
+			if f.st == 1 && f.lits != nil { // the suffix
+				if int(f.pos) < len(f.lits[0]) && f.lits[0][f.pos] == b {
+					f.pos++
+					return true
+				}
+				return false
+			}
 			return f.st == 1 && isWS(b) && s.ws()
+		case fExact:
+			if f.lits[0][f.pos] != b {
+				return false
+			}
+			if f.pos++; int(f.pos) == len(f.lits[0]) {
+				s.top = frame{kind: fValue, node: f.node}
+			}
+			return true
 		case fValue:
 			if isWS(b) {
 				return s.ws()

@@ -252,3 +252,31 @@ func multiOrByte(id int) string {
 	}
 	return ""
 }
+
+// TestAround: a document between fixed texts (a Hermes tool call) is
+// accepted exactly so, built from Object and Enum; the end comes only
+// after the suffix.
+func TestAround(t *testing.T) {
+	v, eos := toyVocab()
+	args := compile(t, `{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)
+	call := constrain.Object([]string{"name", "arguments"}, []*constrain.Node{constrain.Enum("get_weather", "get_time"), args})
+	good := "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"
+	m := constrain.NewMatcherAround("<tool_call>\n", call, "\n</tool_call>", v, []int{eos})
+	for i := 0; i < len(good); i++ {
+		require.False(t, m.Allowed(eos), "end after %q", good[:i])
+		require.True(t, m.Allowed(int(good[i])), "refused %q after %q", good[i], good[:i])
+		m.Accept(int(good[i]))
+	}
+	require.True(t, m.Allowed(eos))
+	for _, c := range []struct{ ok, bad string }{
+		{"", "{"},
+		{"<tool_call>", "{"},
+		{"<tool_call>\n{\"name\": \"", "get_w"[:4] + "x"},
+		{"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"city\": \"O\"}}", " "},
+		{"<tool_call>\n{\"arguments\": {\"city\": \"O\"}", "}"},
+	} {
+		m := constrain.NewMatcherAround("<tool_call>\n", call, "\n</tool_call>", v, []int{eos})
+		require.True(t, feed(m, c.ok), "prefix %q", c.ok)
+		require.False(t, feed(m, c.bad), "%q after %q", c.bad, c.ok)
+	}
+}

@@ -118,7 +118,14 @@ type Matcher struct {
 // eos are the ids that end generation, allowed once the document is complete
 // and only then.
 func NewMatcher(root *Node, v *Vocab, eos []int) *Matcher {
-	return &Matcher{v: v, eos: eos, s: newState(root)}
+	return &Matcher{v: v, eos: eos, s: newState(root, nil, nil)}
+}
+
+// NewMatcherAround is NewMatcher for a document between two fixed texts, as
+// a tool call is written: prefix, then the root value, then suffix, each
+// text exactly ("<tool_call>\n", "\n</tool_call>").
+func NewMatcherAround(prefix string, root *Node, suffix string, v *Vocab, eos []int) *Matcher {
+	return &Matcher{v: v, eos: eos, s: newState(root, []byte(prefix), []byte(suffix))}
 }
 
 // Done reports whether the document is complete (an end-of-sequence id may

@@ -222,6 +222,29 @@ func compile(path string, raw json.RawMessage, depth int) (*Node, error) {
 	return n, nil
 }
 
+// Object returns the node of an object with the given properties, all
+// required, in that order (a tool call: {"name": ..., "arguments": ...}).
+func Object(names []string, nodes []*Node) *Node {
+	n := &Node{kinds: kObject, maxItems: -1}
+	for i, name := range names {
+		enc, _ := compactJSON(name)
+		n.props = append(n.props, prop{name: enc[1 : len(enc)-1], node: nodes[i]})
+		n.names = append(n.names, enc[1:len(enc)-1])
+		n.required |= 1 << i
+	}
+	return n
+}
+
+// Enum returns the node of one of the given strings.
+func Enum(values ...string) *Node {
+	n := &Node{kinds: kString, maxItems: -1}
+	for _, v := range values {
+		enc, _ := compactJSON(v)
+		n.enum = append(n.enum, enc)
+	}
+	return n
+}
+
 func (n *Node) propIndex(name string) int {
 	enc, _ := compactJSON(name)
 	enc = enc[1 : len(enc)-1]
