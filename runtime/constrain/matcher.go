@@ -259,7 +259,10 @@ const jsonBytes = `{}[]":,-.0123456789truefalsn `
 // Missing returns the bytes of JSON's punctuation, digits and literals that
 // no token of v is alone, "" when v can spell any document; a model whose
 // vocabulary lacks them (a story model without braces) cannot write JSON.
-func (v *Vocab) Missing() string {
+func (v *Vocab) Missing() string { return v.MissingFrom(jsonBytes) }
+
+// MissingFrom returns the bytes of set that no token of v is alone.
+func (v *Vocab) MissingFrom(set string) string {
 	var have [256]bool
 	for _, b := range v.bytes {
 		if len(b) == 1 {
@@ -267,8 +270,8 @@ func (v *Vocab) Missing() string {
 		}
 	}
 	var out []byte
-	for i := 0; i < len(jsonBytes); i++ {
-		if c := jsonBytes[i]; !have[c] && !bytes.ContainsRune(out, rune(c)) {
+	for i := 0; i < len(set); i++ {
+		if c := set[i]; !have[c] && !bytes.ContainsRune(out, rune(c)) {
 			out = append(out, c)
 		}
 	}

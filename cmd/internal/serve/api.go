@@ -142,6 +142,7 @@ type request struct {
 	// (drop_oldest_turns, default --drop-oldest-turns); dropped counts them.
 	dropOldest bool
 	dropped    int
+	tools      *toolRequest // chat: tools and tool_choice (tools.go); nil: none
 }
 
 // checkFields rejects fields the endpoint does not know (naming them), and
@@ -389,6 +390,34 @@ func responseFormat(raw json.RawMessage) (*constrain.Node, *apiError) {
 	return nil, badRequest("response_format.type", "response_format.type: %q, want text, json_object or json_schema", rf.Type)
 }
 
+// templateToolCalls gives an assistant message's tool_calls to the template
+// with each function.arguments (a JSON string in OpenAI's API) as the object
+// it encodes, as HF templates read it (Llama 3.1's writes it with tojson).
+func templateToolCalls(raw json.RawMessage, i int) (json.RawMessage, *apiError) {
+	var calls []map[string]any
+	if err := json.Unmarshal(raw, &calls); err != nil {
+		return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d].tool_calls: want an array of calls", i)
+	}
+	for j, c := range calls {
+		fn, _ := c["function"].(map[string]any)
+		if fn == nil {
+			return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls[%d].function", i, j), "messages[%d].tool_calls[%d].function: missing", i, j)
+		}
+		if a, ok := fn["arguments"].(string); ok {
+			var v any
+			if err := json.Unmarshal([]byte(a), &v); err != nil {
+				return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", i, j), "messages[%d].tool_calls[%d].function.arguments: not JSON: %v", i, j, err)
+			}
+			fn["arguments"] = v
+		}
+	}
+	b, err := json.Marshal(calls)
+	if err != nil {
+		return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "%v", err)
+	}
+	return b, nil
+}
+
 // maxTopLogprobs is the most top tokens a request may ask for (OpenAI's
 // chat limit).
 const maxTopLogprobs = 20
@@ -453,6 +482,13 @@ func chatMessages(f fields) (json.RawMessage, *apiError) {
 			m["role"], rewrite = json.RawMessage(`"system"`), true
 		default:
 			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q, want system, developer, user, assistant or tool", i, role)
+		}
+		if tc, ok := m["tool_calls"]; ok && string(tc) != "null" {
+			b, e := templateToolCalls(tc, i)
+			if e != nil {
+				return nil, e
+			}
+			m["tool_calls"], rewrite = b, true
 		}
 		c, ok := m["content"]
 		var content string

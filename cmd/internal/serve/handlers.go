@@ -66,7 +66,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	f, e := s.readBody(w, r)
 	if e == nil {
-		e = checkFields(f, "messages", "max_completion_tokens", "chat_template_kwargs", "top_logprobs", "drop_oldest_turns")
+		e = checkFields(f, "messages", "max_completion_tokens", "chat_template_kwargs", "top_logprobs", "drop_oldest_turns", "tools", "tool_choice")
 	}
 	if e == nil && f.has("max_completion_tokens") {
 		if f.has("max_tokens") {
@@ -87,6 +87,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if e == nil && f.has("chat_template_kwargs") {
 		if err := json.Unmarshal(f["chat_template_kwargs"], &vars); err != nil {
 			e = badRequest("chat_template_kwargs", "chat_template_kwargs: want an object of template variables")
+		}
+	}
+	if e == nil {
+		if req.tools, e = s.parseTools(f); e == nil && req.tools != nil {
+			vars["tools"] = req.tools.raw
 		}
 	}
 	if e == nil && s.cfg.Template == nil {
@@ -112,6 +117,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	if e != nil {
 		writeError(w, e)
+		return
+	}
+	if req.tools != nil {
+		s.runTools(w, r, arrived, ids, req, req.tools)
 		return
 	}
 	first := true

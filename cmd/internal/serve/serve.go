@@ -331,6 +331,9 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 	if req.format != nil {
 		sampler.Constraint = constrain.NewMatcher(req.format, s.vocab(), s.cfg.EOS)
 	}
+	if c := s.toolConstraint(req.tools); c != nil {
+		sampler.Constraint = c
+	}
 	var lps []tokenLogprob // not yet sent
 	res, err := slot.Generate(ids, runtime.GenerateOptions{
 		MaxTokens: maxTokens,

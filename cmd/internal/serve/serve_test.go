@@ -43,7 +43,7 @@ var (
 	fileDir   string
 	chatFile  string // tinystories-656k with testTemplate, γ = 0.7 random
 	plainFile string // the same without a template
-	jsonFile  string // with the template and JSON's punctuation as tokens 2030–2047 (the story vocabulary has no braces)
+	jsonFile  string // with the template and JSON's punctuation and '/' as tokens 2030–2047 (the story vocabulary has no braces)
 )
 
 // files converts tinystories-656k twice (with and without a chat template)
@@ -79,7 +79,7 @@ func files(t testing.TB) (withTemplate, without string) {
 		mdl := tj["model"].(map[string]any)
 		vocab := mdl["vocab"].(map[string]any)
 		old := map[string]bool{}
-		for _, c := range []string{"{", "}", "[", "]", "\"", ":", ",", "{\"", "\":", "\",\"", "\"}", "true", "false", "null", "e", "+", "-", "."} {
+		for _, c := range []string{"{", "}", "[", "]", "\"", ":", ",", "{\"", "\":", "\",\"", "\"}", "true", "false", "null", "e", "/", "-", "."} {
 			for k, id := range vocab {
 				if id.(float64) == float64(2030+len(old)) {
 					old[k] = true
@@ -171,7 +171,8 @@ type setup struct {
 	apiKey    string
 	maxBody   int64
 	context   int
-	limit     int // MaxTokensLimit
+	limit     int    // MaxTokensLimit
+	template  string // in place of the file's
 	wrap      func(b runcmd.Backend) runcmd.Backend
 }
 
@@ -194,6 +195,11 @@ func newServer(t testing.TB, o setup) (*httptest.Server, *serve.Server, *runcmd.
 		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
 		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true,
 		MaxTokensLimit: o.limit}
+	if o.template != "" {
+		tmpl, terr = chat.New("test template", o.template, nil)
+		require.NoError(t, terr)
+		cfg.Template, cfg.TemplateErr = tmpl, nil
+	}
 	if terr != nil {
 		cfg.Template = nil
 	}
@@ -1101,4 +1107,110 @@ func TestDropOldestTurns(t *testing.T) {
 	require.Equal(t, 1, strings.Count(out.String(), "(the conversation outgrew the context of 48 positions: its oldest turns are dropped from now on, the system message kept)"), out.String())
 	require.NotContains(t, out.String(), "error:")
 	require.Equal(t, 7, strings.Count(out.String(), "> "), out.String())
+}
+
+// hermesTemplate renders tools and tool calls as Qwen's templates do, in
+// few words.
+const hermesTemplate = "{% if tools %}tools:{% for t in tools %} {{ t.function.name }}{% endfor %}{{ '\\n' }}{% endif %}" +
+	"{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ '\\n' }}" +
+	"{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}{{ '\\n' }}</tool_call>{% endfor %}" +
+	"{% else %}{{ m.content }}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}Story:{% endif %}"
+
+// TestTools: a named tool_choice makes even the story model's reply a call
+// of that tool whose arguments validate against its parameters, as
+// tool_calls with finish_reason tool_calls, streamed or not; with "auto"
+// the tools reach the template and a reply that is no call is content; a
+// round trip (the assistant's call, the tool's result) renders; a template
+// without a tool format is a 400.
+func TestTools(t *testing.T) {
+	files(t)
+	ts, _, l := newServer(t, setup{file: jsonFile, template: hermesTemplate})
+	tools := `[{"type":"function","function":{"name":"get_weather","description":"the weather","parameters":{"type":"object",
+		"properties":{"city":{"enum":["Oslo","Paris"]},"days":{"type":"integer"}},"required":["city","days"],"additionalProperties":false}}},
+		{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}]`
+	user := `"messages":[{"role":"user","content":"Weather in Oslo?"}]`
+	named := `{` + user + `,"tools":` + tools + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}},"max_tokens":600,"temperature":0}`
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", named)
+	require.Equal(t, 200, code, "%s", b)
+	var r struct {
+		Choices []struct {
+			Message struct {
+				Content   *string
+				ToolCalls []struct {
+					ID, Type string
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &r))
+	ch := r.Choices[0]
+	require.Equal(t, "tool_calls", ch.FinishReason, "%s", b)
+	require.Nil(t, ch.Message.Content)
+	require.Len(t, ch.Message.ToolCalls, 1)
+	call := ch.Message.ToolCalls[0]
+	require.Equal(t, "function", call.Type)
+	require.True(t, strings.HasPrefix(call.ID, "call_"))
+	require.Equal(t, "get_weather", call.Function.Name)
+	var args struct {
+		City string
+		Days *int
+	}
+	require.NoError(t, json.Unmarshal([]byte(call.Function.Arguments), &args), call.Function.Arguments)
+	require.Contains(t, []string{"Oslo", "Paris"}, args.City)
+	require.NotNil(t, args.Days)
+	withTools := r.Usage.PromptTokens
+	require.Equal(t, len(l.Tok.Encode("tools: get_weather get_time\nuser: Weather in Oslo?\nStory:", false)), withTools)
+
+	// streamed: one delta with the call, then finish_reason tool_calls
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.Replace(named, `"temperature":0`, `"temperature":0,"stream":true`, 1)))
+	require.NoError(t, err)
+	ev := events(t, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, "[DONE]", ev[len(ev)-1])
+	var first struct {
+		Choices []struct {
+			Delta struct {
+				ToolCalls []struct {
+					Index    int
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(ev[0]), &first))
+	require.Equal(t, call.Function.Arguments, first.Choices[0].Delta.ToolCalls[0].Function.Arguments, "greedy: the same call")
+	require.Contains(t, ev[len(ev)-2], `"finish_reason":"tool_calls"`)
+
+	// auto: the model writes no call here, so the reply is content
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{`+user+`,"tools":`+tools+`,"max_tokens":6,"temperature":0}`)
+	require.Equal(t, 200, code, "%s", b)
+	r.Choices = nil
+	require.NoError(t, json.Unmarshal(b, &r))
+	require.NotNil(t, r.Choices[0].Message.Content)
+	require.Empty(t, r.Choices[0].Message.ToolCalls)
+	require.Equal(t, withTools, r.Usage.PromptTokens)
+
+	// the round trip: the call (arguments a JSON string) and the tool's answer
+	trip := `{"messages":[{"role":"user","content":"Weather in Oslo?"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+		"function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\",\"days\":1}"}}]},{"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+		"tools":` + tools + `,"max_tokens":4}`
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", trip)
+	require.Equal(t, 200, code, "%s", b)
+	r.Choices = nil
+	require.NoError(t, json.Unmarshal(b, &r))
+	prompt := "tools: get_weather get_time\nuser: Weather in Oslo?\nassistant: <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 1}}\n</tool_call>\ntool: sunny\nStory:"
+	require.Equal(t, len(l.Tok.Encode(prompt, false)), r.Usage.PromptTokens)
+
+	plain, _, _ := newServer(t, setup{file: jsonFile})
+	code, _, b = post(t, plain.URL+"/v1/chat/completions", `{`+user+`,"tools":`+tools+`}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), "no tool-call format sinf knows")
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{`+user+`,"tools":`+tools+`,"tool_choice":{"type":"function","function":{"name":"nope"}}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `tool_choice: no tool named \"nope\"`)
 }
