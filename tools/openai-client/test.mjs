@@ -1,8 +1,8 @@
 // The official openai npm client against `sinf-run serve` on loopback:
-// a completion, a chat completion and a streamed chat, logprobs, and
-// structured output. The script builds a .sinf file from the embedded
+// a completion, a chat completion and a streamed chat, logprobs,
+// structured output and a tool round trip. The script builds a .sinf file from the embedded
 // TinyStories model with a small chat template (the model ships none) and
-// JSON's braces and brackets as tokens (its vocabulary has none: the last
+// JSON's braces and brackets and '/' as tokens (its vocabulary has none: the last
 // ids' pieces are replaced), starts the server on a free port, and stops it
 // with SIGTERM at the end, checking that it exits cleanly.
 //
@@ -21,8 +21,12 @@ import OpenAI from "openai";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "..", "..");
 const bin = process.env.SINF_BIN ?? path.join(root, "bin");
+// role: content lines, with tools and tool calls written as Qwen's templates write them (Hermes <tool_call>)
 const template =
-  "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}Story:{% endif %}";
+  "{% if tools %}tools:{% for t in tools %} {{ t.function.name }}{% endfor %}{{ '\\n' }}{% endif %}" +
+  "{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ '\\n' }}" +
+  "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}{{ '\\n' }}</tool_call>{% endfor %}" +
+  "{% else %}{{ m.content }}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}Story:{% endif %}";
 
 let dir, server, client, exited;
 
@@ -38,8 +42,8 @@ before(async () => {
   const tj = JSON.parse(readFileSync(tjPath, "utf8"));
   const vocab = tj.model.vocab, byId = new Map(Object.entries(vocab).map(([k, id]) => [id, k]));
   const gone = new Set();
-  ["{", "}", "[", "]", '{"', '":', '","', '"}', "true", "false", "null"].forEach((piece, i) => {
-    const id = 2037 + i;
+  ["{", "}", "[", "]", '{"', '":', '","', '"}', "true", "false", "null", "/"].forEach((piece, i) => {
+    const id = 2036 + i;
     gone.add(byId.get(id));
     delete vocab[byId.get(id)];
     vocab[piece] = id;
@@ -176,11 +180,41 @@ test("structured output: json_schema and json_object", async () => {
   assert.equal(typeof doc.ok, "boolean");
   assert.ok(Array.isArray(doc.xs) && doc.xs.length <= 3 && doc.xs.every((x) => typeof x === "number"));
 
-  const o = await client.completions.create({ model: "ts", prompt: "Once upon a time", max_tokens: 6, temperature: 0, response_format: { type: "json_object" } });
+  const o = await client.completions.create({ model: "ts", prompt: "Once upon a time", max_tokens: 30, temperature: 0, response_format: { type: "json_object" } });
   assert.match(o.choices[0].text, /^\s*\{/);
   await assert.rejects(
     client.chat.completions.create({ model: "ts", messages: [{ role: "user", content: "x" }],
       response_format: { type: "json_schema", json_schema: { name: "t", schema: { type: "string", pattern: "a+" } } } }),
     (e) => e.status === 400 && /pattern/.test(e.message),
   );
+});
+
+test("tools: a forced call, then the round trip with its result", async () => {
+  const tools = [{
+    type: "function",
+    function: {
+      name: "get_weather", description: "the weather in a city",
+      parameters: { type: "object", properties: { city: { enum: ["Oslo", "Paris"] }, days: { type: "integer" } }, required: ["city", "days"], additionalProperties: false },
+    },
+  }];
+  const messages = [{ role: "user", content: "Weather in Oslo?" }];
+  const r = await client.chat.completions.create({
+    model: "ts", messages, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 600, temperature: 0,
+  });
+  const choice = r.choices[0];
+  assert.equal(choice.finish_reason, "tool_calls");
+  assert.equal(choice.message.tool_calls.length, 1);
+  const call = choice.message.tool_calls[0];
+  assert.equal(call.type, "function");
+  assert.equal(call.function.name, "get_weather");
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(["Oslo", "Paris"].includes(args.city));
+  assert.ok(Number.isInteger(args.days));
+
+  const back = await client.chat.completions.create({
+    model: "ts", tools, max_tokens: 6, temperature: 0,
+    messages: [...messages, choice.message, { role: "tool", tool_call_id: call.id, content: "sunny, 21 C" }],
+  });
+  assert.ok(back.usage.prompt_tokens > r.usage.prompt_tokens, "the call and its result are in the prompt");
+  assert.ok(["stop", "length", "tool_calls"].includes(back.choices[0].finish_reason));
 });

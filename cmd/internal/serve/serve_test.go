@@ -1031,7 +1031,7 @@ func TestStructuredOutput(t *testing.T) {
 	require.Equal(t, "stop", *out.Choices[0].FinishReason, "%s", b)
 	check(out.Choices[0].Message.Content)
 
-	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"response_format":{"type":"json_object"}}`)
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":30,"temperature":0,"response_format":{"type":"json_object"}}`)
 	require.Equal(t, 200, code, "%s", b)
 	require.True(t, strings.HasPrefix(strings.TrimLeft(decode(t, b).Choices[0].Text, " \n\t\r"), "{"), "%s", b)
 
