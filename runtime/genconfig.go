@@ -16,6 +16,9 @@ type GenerationConfig struct {
 	Temperature *float64 // temperature (HF default 1.0)
 	TopK        *int     // top_k (HF default 50)
 	TopP        *float64 // top_p (HF default 1.0)
+	// RepetitionPenalty is repetition_penalty (HF default 1.0: off), which HF
+	// applies over the whole sequence, sampling or not.
+	RepetitionPenalty *float64
 }
 
 // ParseGenerationConfig parses generation_config.json. name labels errors
@@ -34,6 +37,7 @@ func ParseGenerationConfig(name string, data []byte) (GenerationConfig, error) {
 		Temperature *float64        `json:"temperature"`
 		TopK        *int            `json:"top_k"`
 		TopP        *float64        `json:"top_p"`
+		RepPenalty  *float64        `json:"repetition_penalty"`
 	}
 	if err := json.Unmarshal(data, &h); err != nil {
 		return g, fmt.Errorf("%s: %w", name, err)
@@ -49,8 +53,10 @@ func ParseGenerationConfig(name string, data []byte) (GenerationConfig, error) {
 		return g, fmt.Errorf("%s: field top_k %d: want ≥ 0", name, *h.TopK)
 	case h.TopP != nil && !(*h.TopP > 0 && *h.TopP <= 1):
 		return g, fmt.Errorf("%s: field top_p %g: want a probability in (0, 1]", name, *h.TopP)
+	case h.RepPenalty != nil && !(*h.RepPenalty > 0 && !math.IsInf(*h.RepPenalty, 0)):
+		return g, fmt.Errorf("%s: field repetition_penalty %g: want a finite number > 0", name, *h.RepPenalty)
 	}
-	g.DoSample, g.Temperature, g.TopK, g.TopP = h.DoSample, h.Temperature, h.TopK, h.TopP
+	g.DoSample, g.Temperature, g.TopK, g.TopP, g.RepetitionPenalty = h.DoSample, h.Temperature, h.TopK, h.TopP, h.RepPenalty
 	return g, nil
 }
 
@@ -97,12 +103,18 @@ func (p SamplingParams) Check(name func(field string) string) error {
 // Sampling returns the sampling defaults the file asks for, resolved as HF
 // generate does: without do_sample true decoding is greedy whatever the
 // other fields say; with it, temperature defaults to 1, top_k to 50 and
-// top_p to 1. A do_sample with temperature 0 is greedy too.
+// top_p to 1. A do_sample with temperature 0 is greedy too. A
+// repetition_penalty applies either way, over the whole sequence as HF's
+// (PenaltyLastN −1; the default window is llama.cpp's 64).
 func (g GenerationConfig) Sampling() SamplingParams {
-	if g.DoSample == nil || !*g.DoSample {
-		return SamplingParams{Temperature: 0, TopK: 0, TopP: 1, RepeatPenalty: 1, PenaltyLastN: DefaultPenaltyLastN}
-	}
 	p := SamplingParams{Temperature: 1, TopK: 50, TopP: 1, RepeatPenalty: 1, PenaltyLastN: DefaultPenaltyLastN}
+	if g.RepetitionPenalty != nil && *g.RepetitionPenalty != 1 {
+		p.RepeatPenalty, p.PenaltyLastN = *g.RepetitionPenalty, -1
+	}
+	if g.DoSample == nil || !*g.DoSample {
+		p.Temperature, p.TopK = 0, 0
+		return p
+	}
 	if g.Temperature != nil {
 		p.Temperature = *g.Temperature
 	}
