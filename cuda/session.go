@@ -561,7 +561,7 @@ func (s *Session) startCalib() error {
 // nextToken picks the next token from s.logits: the argmax on the device
 // (greedy), or the sampler over logits copied to the CPU.
 func (s *Session) nextToken(sampler *runtime.Sampler) (int, error) {
-	if sampler == nil || sampler.Temperature <= 0 {
+	if sampler == nil || sampler.Greedy() {
 		s.be.argmax(s.argmaxOut, s.logits, s.m.Config.Vocab)
 		var id [1]int32
 		if err := s.be.download(i32Bytes(id[:]), s.argmaxOut); err != nil {
@@ -695,6 +695,9 @@ func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.R
 		} else {
 			res.ComputedNeurons = append(res.ComputedNeurons, d.kept)
 		}
+	}
+	if opt.Sampler != nil {
+		opt.Sampler.Start(prompt)
 	}
 	start = time.Now()
 	steps := 0

@@ -118,6 +118,7 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	if sampler == nil {
 		sampler = NewSampler(0, 0, 0, 0)
 	}
+	sampler.Start(prompt)
 	start = time.Now()
 	steps := 0
 	limit := MaxNewTokens(s.ctx, len(prompt), opt.MaxTokens)

@@ -3,33 +3,240 @@ package runtime
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
-// Sampler picks the next token from logits. Temperature 0 is greedy (argmax,
-// lowest id on ties). Otherwise logits are divided by Temperature, cut to the
-// TopK most likely (0: no cut), then to the smallest set whose probability
-// reaches TopP (1 or 0: no cut), and sampled from a seeded PCG stream, as HF
-// generate's TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper.
+// DefaultPenaltyLastN is the penalty window of llama.cpp (repeat_last_n 64):
+// the repeat, presence and frequency penalties look at the last 64 tokens.
+const DefaultPenaltyLastN = 64
+
+// Constraint restricts which tokens may come next (structured output: a
+// JSON document, a schema). The sampler masks every token Allowed refuses
+// before any other step, and calls Accept with the token it picks.
+type Constraint interface {
+	// Mask sets allowed[id] for every token id that may come next (len
+	// allowed is the vocabulary); it returns how many are allowed.
+	Mask(allowed []bool) int
+	// Allowed reports whether token id may come next.
+	Allowed(id int) bool
+	// Accept advances the constraint past token id (one Allowed said yes).
+	Accept(id int)
+}
+
+// TokenLogprob is one token's natural-log probability.
+type TokenLogprob struct {
+	ID      int
+	Logprob float64
+}
+
+// Logprobs is what the sampler reports of one step: the chosen token's log
+// probability and the TopLogprobs most likely tokens' (most likely first,
+// lowest id on ties), all under the model's own distribution,
+// log softmax(logits) in float64, before penalties, temperature, cuts and
+// constraints (as OpenAI's API and vLLM's default report them).
+type Logprobs struct {
+	Chosen TokenLogprob
+	Top    []TokenLogprob
+}
+
+// Sampler picks the next token from logits [vocab]. The steps, in order:
+//
+//  1. Constraint (when set): tokens it does not allow are removed.
+//  2. Penalties over the window of the last PenaltyLastN tokens of the
+//     sequence (prompt and generated, as llama.cpp's sampler after
+//     common_sampler_accept of the prompt; 0: no penalties, −1: the whole
+//     sequence): each distinct token t seen c > 0 times has its logit l
+//     replaced by l·RepeatPenalty when l < 0 and l/RepeatPenalty otherwise
+//     (HF RepetitionPenaltyLogitsProcessor; 1 or 0: off), then
+//     l − c·FrequencyPenalty − PresencePenalty (OpenAI's formula; 0: off).
+//  3. Temperature 0: greedy (argmax, lowest id on ties).
+//  4. Otherwise logits are divided by Temperature, cut to the TopK most likely
+//     (0: no cut), then to the smallest set whose probability reaches TopP
+//     (1 or 0: no cut), then to the tokens whose probability is at least
+//     MinP times the most likely one's (0: no cut), and sampled from a seeded
+//     PCG stream: HF generate's TemperatureLogitsWarper, TopKLogitsWarper,
+//     TopPLogitsWarper and MinPLogitsWarper in that order.
+//
+// With Logprobs set, Last reports each step's log probabilities. Start
+// gives the prompt (the penalties' first window); Sample adds each pick.
+// A Sampler is not safe for concurrent use.
 type Sampler struct {
-	Temperature float64
-	TopK        int
-	TopP        float64
-	rng         *rand.Rand
-	idx         []int
-	prob        []float64
+	SamplingParams
+	Constraint Constraint // nil: none
+	// Logprobs makes Sample record the chosen token's log probability and
+	// the TopLogprobs most likely tokens' (Last).
+	Logprobs    bool
+	TopLogprobs int
+
+	rng     *rand.Rand
+	idx     []int
+	prob    []float64
+	work    []float32
+	allowed []bool
+	last    Logprobs
+
+	window []int       // the penalty window, oldest first (a ring once full)
+	head   int         // ring: index of the oldest entry once len(window) == PenaltyLastN
+	counts map[int]int // token → occurrences in window
 }
 
-// NewSampler returns a sampler seeded with seed.
+// NewSampler returns a sampler seeded with seed: temperature, top-k and top-p
+// only (no penalties, no min-p).
 func NewSampler(temperature float64, topK int, topP float64, seed uint64) *Sampler {
-	return &Sampler{Temperature: temperature, TopK: topK, TopP: topP, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return NewSamplerParams(SamplingParams{Temperature: temperature, TopK: topK, TopP: topP}, seed)
 }
 
-// Sample returns the chosen token id for logits [vocab].
+// NewSamplerParams returns a sampler of p seeded with seed.
+func NewSamplerParams(p SamplingParams, seed uint64) *Sampler {
+	return &Sampler{SamplingParams: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// penalized reports whether step 2 changes anything.
+func (s *Sampler) penalized() bool {
+	return s.PenaltyLastN != 0 && ((s.RepeatPenalty != 0 && s.RepeatPenalty != 1) || s.PresencePenalty != 0 || s.FrequencyPenalty != 0)
+}
+
+// Greedy reports whether Sample is the argmax of the raw logits (no
+// constraint, penalty or logprobs), so a backend may take the argmax on its
+// own device.
+func (s *Sampler) Greedy() bool {
+	return s.Temperature <= 0 && s.Constraint == nil && !s.penalized() && !s.Logprobs
+}
+
+// Start empties the penalty window and fills it with the prompt's ids
+// (Session.Generate calls it before the first Sample).
+func (s *Sampler) Start(prompt []int) {
+	s.window, s.head = s.window[:0], 0
+	clear(s.counts)
+	if !s.penalized() {
+		return
+	}
+	for _, id := range prompt {
+		s.push(id)
+	}
+}
+
+// push adds id to the penalty window, dropping the oldest past PenaltyLastN.
+func (s *Sampler) push(id int) {
+	if s.counts == nil {
+		s.counts = map[int]int{}
+	}
+	if n := s.PenaltyLastN; n > 0 && len(s.window) == n {
+		old := s.window[s.head]
+		if s.counts[old]--; s.counts[old] == 0 {
+			delete(s.counts, old)
+		}
+		s.window[s.head] = id
+		s.head = (s.head + 1) % n
+	} else {
+		s.window = append(s.window, id)
+	}
+	s.counts[id]++
+}
+
+// Last returns the log probabilities of the last Sample (with Logprobs set);
+// its Top slice is reused by the next Sample.
+func (s *Sampler) Last() Logprobs { return s.last }
+
+// Sample returns the chosen token id for logits [vocab]. logits is not
+// changed.
 func (s *Sampler) Sample(logits []float32) int {
+	id := s.pick(logits)
+	if s.Logprobs {
+		s.recordLogprobs(logits, id)
+	}
+	if s.Constraint != nil {
+		s.Constraint.Accept(id)
+	}
+	if s.penalized() {
+		s.push(id)
+	}
+	return id
+}
+
+func (s *Sampler) pick(logits []float32) int {
+	if s.Constraint != nil && s.Temperature <= 0 && !s.penalized() {
+		return s.greedyConstrained(logits)
+	}
+	logits = s.adjusted(logits)
 	if s.Temperature <= 0 {
 		return Argmax(logits)
 	}
+	idx, prob, sum := s.candidates(logits)
+	r := s.rng.Float64() * sum
+	for j, p := range prob {
+		r -= p
+		if r < 0 {
+			return idx[j]
+		}
+	}
+	return idx[len(prob)-1]
+}
+
+// Distribution returns in dst [vocab] the probability of each token id that
+// Sample would draw from logits now (steps 1–4; greedy: 1 at its pick),
+// without drawing or changing any state. For tests and for reporting the
+// post-sampling distribution.
+func (s *Sampler) Distribution(logits []float32, dst []float64) []float64 {
+	dst = append(dst[:0], make([]float64, len(logits))...)
+	w := s.adjusted(logits)
+	if s.Temperature <= 0 {
+		if s.Constraint != nil && !s.penalized() {
+			dst[s.greedyConstrained(logits)] = 1
+		} else {
+			dst[Argmax(w)] = 1
+		}
+		return dst
+	}
+	idx, prob, sum := s.candidates(w)
+	for j, p := range prob {
+		dst[idx[j]] = p / sum
+	}
+	return dst
+}
+
+// adjusted returns logits after steps 1 and 2 (a copy in s.work when they
+// change anything).
+func (s *Sampler) adjusted(logits []float32) []float32 {
+	if s.Constraint == nil && !s.penalized() {
+		return logits
+	}
+	V := len(logits)
+	if cap(s.work) < V {
+		s.work = make([]float32, V)
+	}
+	w := s.work[:V]
+	copy(w, logits)
+	if s.Constraint != nil {
+		a := s.mask(V)
+		neg := float32(math.Inf(-1))
+		for i, ok := range a {
+			if !ok {
+				w[i] = neg
+			}
+		}
+	}
+	if s.penalized() {
+		s.applyPenalties(w)
+	}
+	return w
+}
+
+// mask returns the constraint's allowed tokens [V] in s.allowed.
+func (s *Sampler) mask(V int) []bool {
+	if cap(s.allowed) < V {
+		s.allowed = make([]bool, V)
+	}
+	a := s.allowed[:V]
+	clear(a)
+	s.Constraint.Mask(a)
+	return a
+}
+
+// candidates is step 4 before the draw: the kept token ids, most likely
+// first, with their unnormalized weights exp((l − l_max)/T) and their sum.
+func (s *Sampler) candidates(logits []float32) ([]int, []float64, float64) {
 	V := len(logits)
 	if cap(s.idx) < V {
 		s.idx = make([]int, V)
@@ -47,6 +254,10 @@ func (s *Sampler) Sample(logits []float32) int {
 	if s.TopK > 0 && s.TopK < n {
 		n = s.TopK
 	}
+	// masked tokens (−Inf) never enter the candidates
+	for n > 1 && math.IsInf(float64(logits[idx[n-1]]), -1) {
+		n--
+	}
 	prob := s.prob[:n]
 	maxl := float64(logits[idx[0]])
 	var sum float64
@@ -59,24 +270,104 @@ func (s *Sampler) Sample(logits []float32) int {
 		for j := range prob {
 			c += prob[j] / sum
 			if c >= s.TopP {
-				n = j + 1
+				prob = prob[:j+1]
 				break
 			}
 		}
-		prob = prob[:n]
-		sum = 0
-		for _, p := range prob {
-			sum += p
+	}
+	if s.MinP > 0 {
+		// prob[0] = exp(0) = 1 is the most likely token's weight, so
+		// p_j ≥ MinP·p_max is prob[j] ≥ MinP; the first token always stays.
+		for j := 1; j < len(prob); j++ {
+			if prob[j] < s.MinP {
+				prob = prob[:j]
+				break
+			}
 		}
 	}
-	r := s.rng.Float64() * sum
-	for j, p := range prob {
-		r -= p
-		if r < 0 {
-			return idx[j]
+	sum = 0
+	for _, p := range prob {
+		sum += p
+	}
+	return idx[:len(prob)], prob, sum
+}
+
+// greedyConstrained returns the most likely allowed token (lowest id on
+// ties), trying tokens from the most likely down, so that a model that
+// already follows the constraint costs one Allowed call.
+func (s *Sampler) greedyConstrained(logits []float32) int {
+	best := Argmax(logits)
+	if s.Constraint.Allowed(best) {
+		return best
+	}
+	a := s.mask(len(logits))
+	if !slices.Contains(a, true) {
+		return best // nothing is allowed: the constraint is finished or broken; let EOS or the limit end it
+	}
+	best = -1
+	for i, ok := range a {
+		if ok && (best < 0 || logits[i] > logits[best]) {
+			best = i
 		}
 	}
-	return idx[n-1]
+	return best
+}
+
+// applyPenalties is step 2 on w, in place.
+func (s *Sampler) applyPenalties(w []float32) {
+	rp := s.RepeatPenalty
+	if rp == 0 {
+		rp = 1
+	}
+	for id, c := range s.counts {
+		if id < 0 || id >= len(w) {
+			continue
+		}
+		l := float64(w[id])
+		if l < 0 {
+			l *= rp
+		} else {
+			l /= rp
+		}
+		l -= float64(c)*s.FrequencyPenalty + s.PresencePenalty
+		w[id] = float32(l)
+	}
+}
+
+// recordLogprobs fills s.last for the chosen id from the raw logits.
+func (s *Sampler) recordLogprobs(logits []float32, id int) {
+	m := float64(logits[0])
+	for _, v := range logits {
+		m = max(m, float64(v))
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - m)
+	}
+	lse := m + math.Log(sum)
+	s.last.Chosen = TokenLogprob{ID: id, Logprob: float64(logits[id]) - lse}
+	top := s.last.Top[:0]
+	k := min(s.TopLogprobs, len(logits))
+	for i, v := range logits {
+		if len(top) == k && (k == 0 || float64(v) <= float64(logits[top[k-1].ID])) {
+			continue // not above the k-th kept (ties keep the lower id)
+		}
+		j := len(top)
+		if j < k {
+			top = append(top, TokenLogprob{})
+		} else {
+			j--
+		}
+		for j > 0 && logits[top[j-1].ID] < v {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = TokenLogprob{ID: i}
+	}
+	for j := range top {
+		top[j].Logprob = float64(logits[top[j].ID]) - lse
+	}
+	s.last.Top = top
 }
 
 // Argmax returns the index of the largest value, the lowest on ties.

@@ -31,7 +31,7 @@ func TestCommandErrors(t *testing.T) {
 	var o bytes.Buffer
 	app.Writer, app.ErrWriter, app.Reader = &o, io.Discard, strings.NewReader("Once upon a time\n")
 	require.NoError(t, app.Run([]string{"sinf-run", "chat", "--model", file, "--chat-template", tmpl, "--max-tokens", "4", "--threads", "1"}))
-	require.Regexp(t, `^\(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over\)\n> .+\n> \n$`, o.String())
+	require.Regexp(t, `^\(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over; /help\)\n> .+\n> \n$`, o.String())
 
 	for _, c := range []struct {
 		args []string

@@ -46,6 +46,16 @@ func TestChatTemplateCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, out)
 
+	// --chat-template: a file's template, with the model's bos_token
+	tf := filepath.Join(dir, "t.jinja")
+	require.NoError(t, os.WriteFile(tf, []byte(`{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}|{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}`), 0o644))
+	out, err = run(t, "chat-template", "--chat-template", tf, "--model", sharedtest.Path(t, "tokenizers", "llama3"), "--messages", one)
+	require.NoError(t, err)
+	require.Equal(t, "<|begin_of_text|>[user] Hi|[assistant]", out)
+	out, err = run(t, "chat-template", "--chat-template", tf, "--messages", one, "--add-generation-prompt=false")
+	require.NoError(t, err)
+	require.Equal(t, "[user] Hi|", out)
+
 	bad := filepath.Join(dir, "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte(`[{"role":`), 0o644))
 	for _, c := range []struct {
@@ -53,6 +63,8 @@ func TestChatTemplateCommand(t *testing.T) {
 		want string
 	}{
 		{[]string{"--model", qwen, "--messages", bad}, "--messages " + bad + ": not valid JSON"},
+		{[]string{"--messages", one}, "give --model (its chat template) or --chat-template FILE"},
+		{[]string{"--chat-template", filepath.Join(dir, "none.jinja"), "--messages", one}, "--chat-template: open"},
 		{[]string{"--model", qwen, "--messages", one, "--var", "enable_thinking=no"}, `--var enable_thinking: "no" is not a JSON value (a string needs quotes: enable_thinking='"text"')`},
 		{[]string{"--model", qwen, "--messages", one, "--var", "x"}, `--var "x": want NAME=JSON`},
 		{[]string{"--model", sharedtest.Path(t, "models", "tinystories-656k"), "--messages", one}, "tokenizer_config.json: no chat_template: the model has no chat template"},

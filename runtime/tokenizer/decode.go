@@ -547,3 +547,36 @@ func replaceOrKeep(m matcher, t, content string) (out string) {
 	}()
 	return replaceAll(m, t, content)
 }
+
+// TokenBytes returns the bytes token id adds to the decoded text when it is
+// neither the first token nor at the end (the decoder's per-token steps:
+// byte-level characters back to bytes, <0xXX> to its byte, ▁ to a space,
+// Replace patterns; Strip, which cuts only at the ends of the text, and
+// Metaspace's first-token rule are left out). Special tokens and unknown ids
+// give nil. The bytes may be part of a UTF-8 character. Structured output
+// steps a grammar over them; logprobs report them.
+func (t *Tokenizer) TokenBytes(id int) []byte {
+	tok, ok := t.decodable(id)
+	if !ok {
+		return nil
+	}
+	if t.dec.none {
+		return []byte(" " + tok)
+	}
+	for i := range t.dec.steps {
+		st := &t.dec.steps[i]
+		switch st.kind {
+		case stepByteLevel:
+			if b, ok := byteLevelBytes(tok, nil); ok {
+				tok = string(b)
+			}
+		case stepByteFallback:
+			if b, ok := byteToken(tok); ok {
+				tok = string([]byte{b})
+			}
+		case stepReplace, stepMetaspace:
+			tok = st.apply(tok, 1)
+		}
+	}
+	return []byte(tok)
+}

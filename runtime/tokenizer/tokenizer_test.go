@@ -471,3 +471,26 @@ func TestMergelessWarning(t *testing.T) {
 		require.Empty(t, tk.Warnings())
 	}
 }
+
+// TestTokenBytes: the tokens' bytes, joined, are the decoded text (byte
+// level: Llama-3, Qwen3; ▁ and byte fallback: stories260k, whose decoder's
+// Strip cuts the leading space of the text, which TokenBytes keeps), and a
+// special token has none.
+func TestTokenBytes(t *testing.T) {
+	text := "Hello, world! ünï 😀 {\"a\": [1, 2.5e3]}\n\tend"
+	for name, tk := range map[string]*Tokenizer{"llama3": llama3(t), "qwen3": qwen3(t), "stories260k": load(t, "models", "stories260k")} {
+		ids := tk.Encode(text, false)
+		var got []byte
+		for _, id := range ids {
+			got = append(got, tk.TokenBytes(id)...)
+		}
+		want := tk.Decode(ids)
+		if name == "stories260k" {
+			want = " " + want
+		}
+		require.Equal(t, want, string(got), name)
+	}
+	tk := llama3(t)
+	require.Nil(t, tk.TokenBytes(tk.EOS()[0]))
+	require.Nil(t, tk.TokenBytes(-1))
+}

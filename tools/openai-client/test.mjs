@@ -1,7 +1,9 @@
 // The official openai npm client against `sinf-run serve` on loopback:
-// a completion, a chat completion and a streamed chat. The script builds a
-// .sinf file from the embedded TinyStories model with a small chat template
-// (the model ships none), starts the server on a free port, and stops it
+// a completion, a chat completion and a streamed chat, logprobs,
+// structured output and a tool round trip. The script builds a .sinf file from the embedded
+// TinyStories model with a small chat template (the model ships none) and
+// JSON's braces and brackets and '/' as tokens (its vocabulary has none: the last
+// ids' pieces are replaced), starts the server on a free port, and stops it
 // with SIGTERM at the end, checking that it exits cleanly.
 //
 //   make build && (cd tools/openai-client && npm ci && npm test)
@@ -19,8 +21,12 @@ import OpenAI from "openai";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "..", "..");
 const bin = process.env.SINF_BIN ?? path.join(root, "bin");
+// role: content lines, with tools and tool calls written as Qwen's templates write them (Hermes <tool_call>)
 const template =
-  "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}Story:{% endif %}";
+  "{% if tools %}tools:{% for t in tools %} {{ t.function.name }}{% endfor %}{{ '\\n' }}{% endif %}" +
+  "{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ '\\n' }}" +
+  "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}{{ '\\n' }}</tool_call>{% endfor %}" +
+  "{% else %}{{ m.content }}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}Story:{% endif %}";
 
 let dir, server, client, exited;
 
@@ -32,6 +38,21 @@ before(async () => {
   const tc = JSON.parse(readFileSync(tcPath, "utf8"));
   tc.chat_template = template;
   writeFileSync(tcPath, JSON.stringify(tc));
+  const tjPath = path.join(model, "tokenizer.json");
+  const tj = JSON.parse(readFileSync(tjPath, "utf8"));
+  const vocab = tj.model.vocab, byId = new Map(Object.entries(vocab).map(([k, id]) => [id, k]));
+  const gone = new Set();
+  ["{", "}", "[", "]", '{"', '":', '","', '"}', "true", "false", "null", "/"].forEach((piece, i) => {
+    const id = 2036 + i;
+    gone.add(byId.get(id));
+    delete vocab[byId.get(id)];
+    vocab[piece] = id;
+  });
+  tj.model.merges = tj.model.merges.filter((m) => {
+    const [a, b] = Array.isArray(m) ? m : m.split(" ");
+    return !gone.has(a) && !gone.has(b) && !gone.has(a + b);
+  });
+  writeFileSync(tjPath, JSON.stringify(tj));
   const file = path.join(dir, "ts.sinf");
   execFileSync(path.join(bin, "sinf"), ["convert", "--model", model, "--random", "--gamma", "0.7",
     "--first-layer", "0", "--last-layer", "2", "--out", file], { stdio: "ignore" });
@@ -112,4 +133,88 @@ test("errors are OpenAI errors", async () => {
   );
   const noKey = new OpenAI({ baseURL: client.baseURL, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(noKey.models.list(), (e) => e.status === 401);
+});
+
+test("logprobs, chat and completions", async () => {
+  const messages = [{ role: "user", content: "Tell me a story" }];
+  const r = await client.chat.completions.create({ model: "ts", messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const content = r.choices[0].logprobs.content;
+  const eos = r.choices[0].finish_reason === "stop" ? 1 : 0;
+  assert.equal(content.length, r.usage.completion_tokens - eos, "one entry per generated token");
+  for (const e of content) {
+    assert.ok(e.logprob <= 0);
+    assert.equal(e.top_logprobs.length, 2);
+    assert.equal(e.logprob, e.top_logprobs[0].logprob, "greedy picks the most likely");
+    assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+    assert.deepEqual(e.bytes, [...Buffer.from(e.token, "utf8")]);
+  }
+  const c = await client.completions.create({ model: "ts", prompt: "Once upon a time", max_tokens: 8, temperature: 0, logprobs: 3 });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.tokens.length, lp.top_logprobs.length);
+  assert.ok(lp.top_logprobs.every((t) => Object.keys(t).length <= 3));
+  assert.ok(lp.text_offset.every((o, i) => i === 0 || o >= lp.text_offset[i - 1]));
+});
+
+test("structured output: json_schema and json_object", async () => {
+  const schema = {
+    type: "object",
+    properties: {
+      color: { enum: ["red", "blue"] },
+      n: { type: "integer" },
+      ok: { type: "boolean" },
+      xs: { type: "array", items: { type: "number" }, maxItems: 3 },
+    },
+    required: ["color", "n", "ok", "xs"],
+    additionalProperties: false,
+  };
+  const r = await client.chat.completions.create({
+    model: "ts", messages: [{ role: "user", content: "JSON please" }], max_tokens: 1000, temperature: 0.8, seed: 1,
+    response_format: { type: "json_schema", json_schema: { name: "thing", strict: true, schema } },
+  });
+  assert.equal(r.choices[0].finish_reason, "stop", "the document ends with the model's end token");
+  const doc = JSON.parse(r.choices[0].message.content);
+  assert.deepEqual(Object.keys(doc).sort(), ["color", "n", "ok", "xs"]);
+  assert.ok(["red", "blue"].includes(doc.color));
+  assert.ok(Number.isInteger(doc.n));
+  assert.equal(typeof doc.ok, "boolean");
+  assert.ok(Array.isArray(doc.xs) && doc.xs.length <= 3 && doc.xs.every((x) => typeof x === "number"));
+
+  const o = await client.completions.create({ model: "ts", prompt: "Once upon a time", max_tokens: 30, temperature: 0, response_format: { type: "json_object" } });
+  assert.match(o.choices[0].text, /^\s*\{/);
+  await assert.rejects(
+    client.chat.completions.create({ model: "ts", messages: [{ role: "user", content: "x" }],
+      response_format: { type: "json_schema", json_schema: { name: "t", schema: { type: "string", pattern: "a+" } } } }),
+    (e) => e.status === 400 && /pattern/.test(e.message),
+  );
+});
+
+test("tools: a forced call, then the round trip with its result", async () => {
+  const tools = [{
+    type: "function",
+    function: {
+      name: "get_weather", description: "the weather in a city",
+      parameters: { type: "object", properties: { city: { enum: ["Oslo", "Paris"] }, days: { type: "integer" } }, required: ["city", "days"], additionalProperties: false },
+    },
+  }];
+  const messages = [{ role: "user", content: "Weather in Oslo?" }];
+  const r = await client.chat.completions.create({
+    model: "ts", messages, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 600, temperature: 0,
+  });
+  const choice = r.choices[0];
+  assert.equal(choice.finish_reason, "tool_calls");
+  assert.equal(choice.message.tool_calls.length, 1);
+  const call = choice.message.tool_calls[0];
+  assert.equal(call.type, "function");
+  assert.equal(call.function.name, "get_weather");
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(["Oslo", "Paris"].includes(args.city));
+  assert.ok(Number.isInteger(args.days));
+
+  const back = await client.chat.completions.create({
+    model: "ts", tools, max_tokens: 6, temperature: 0,
+    messages: [...messages, choice.message, { role: "tool", tool_call_id: call.id, content: "sunny, 21 C" }],
+  });
+  assert.ok(back.usage.prompt_tokens > r.usage.prompt_tokens, "the call and its result are in the prompt");
+  assert.ok(["stop", "length", "tool_calls"].includes(back.choices[0].finish_reason));
 });

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/constrain"
 	"github.com/selectinfer/sinf/runtime/kernels"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
@@ -90,16 +92,20 @@ func NotFolder(path string) error {
 
 // Flags are the run flags common to sinf run and sinf-run.
 func Flags() []cli.Flag {
-	return append(SparsityFlags(), []cli.Flag{
-		&cli.StringFlag{Name: "model", Usage: "model: a .sinf file (or, for sinf run, an HF checkpoint folder)", Required: true},
-		&cli.StringFlag{Name: "prompt", Usage: "prompt text"},
+	return slices.Concat(SparsityFlags(), []cli.Flag{
+		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model: a .sinf file (or, for sinf run, an HF checkpoint folder)", Required: true},
+		&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "prompt text (-: read it from standard input)"},
 		&cli.StringFlag{Name: "prompt-file", Usage: "read the prompt from this file"},
-		&cli.IntFlag{Name: "max-tokens", Value: 128, Usage: "tokens to generate at most"},
+		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 128, Usage: "tokens to generate at most"},
 		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy (default: generation_config.json's when it sets do_sample, else 0)"},
 		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "sample from the k most likely tokens (0: all; default: generation_config.json's when it sets do_sample)"},
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling probability mass (1: off; default: generation_config.json's when it sets do_sample)"},
 		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
-		&cli.IntFlag{Name: "threads", Usage: ThreadsUsage},
+	}, PenaltyFlags(), []cli.Flag{
+		&cli.BoolFlag{Name: "logprobs", Usage: "--json: report each generated token's log probability (the model's, before penalties, temperature and cuts)"},
+		&cli.IntFlag{Name: "top-logprobs", Usage: "--json with --logprobs: also the N most likely tokens' at each position"},
+		&cli.StringFlag{Name: "format", Usage: "constrain the output to JSON: 'json' for any JSON object, or a JSON Schema file (OpenAI strict mode's subset: runtime/constrain)"},
+		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: ThreadsUsage},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: what the run needs, the prompt's tokens + --max-tokens, at most the model's max_position_embeddings or sliding window)"},
@@ -107,7 +113,19 @@ func Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running (without it, a .sinf file is checked on its first open only: the files that passed are remembered by identity in $SINF_VERIFY_CACHE, else ~/.cache/sinf/verified)"},
 		&cli.BoolFlag{Name: "no-mmap", Usage: "read the .sinf file into memory instead of mapping it (for network or FUSE filesystems, or a file that may change while running)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
-	}...)
+	})
+}
+
+// PenaltyFlags are --min-p and the repetition penalties with their window,
+// read by SamplingFlags; sinf run, sinf-run, serve and chat share them.
+func PenaltyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.Float64Flag{Name: "min-p", Usage: "keep only tokens with probability ≥ min-p × the most likely one's, after temperature (0: off)"},
+		&cli.Float64Flag{Name: "repeat-penalty", Value: 1, Usage: "divide a positive logit (multiply a negative one) of each token in the last --repeat-last-n by this, as HF's repetition_penalty (1: off)"},
+		&cli.IntFlag{Name: "repeat-last-n", Value: runtime.DefaultPenaltyLastN, Usage: "the penalties' window: the last N tokens, prompt included (0: penalties off, -1: the whole sequence, as HF)"},
+		&cli.Float64Flag{Name: "presence-penalty", Usage: "subtract this from the logit of each token in the window (OpenAI's presence_penalty, -2 to 2)"},
+		&cli.Float64Flag{Name: "frequency-penalty", Usage: "subtract this times its count in the window from each token's logit (OpenAI's frequency_penalty, -2 to 2)"},
+	}
 }
 
 // SparsityFlags are --mode, --phi and --alpha, read by Sparsity; sinf run,
@@ -136,8 +154,41 @@ type Report struct {
 	Device            DeviceInfo `json:"device"`
 	// FinishReason says why generation stopped: "eos" (the model emitted
 	// an end-of-sequence id, kept in ids), "length" (--max-tokens) or
-	// "context" (the KV cache was full: raise --context).
+	// "context" (the KV cache was full: raise --context) or "interrupted"
+	// (Ctrl-C: the report and the timings are printed all the same).
 	FinishReason string `json:"finish_reason"`
+	// Logprobs (with --logprobs): per generated token, its natural-log
+	// probability under the model and the --top-logprobs most likely.
+	Logprobs []TokenLogprobs `json:"logprobs,omitempty"`
+}
+
+// TokenLogprobs is one position of Report.Logprobs.
+type TokenLogprobs struct {
+	ID      int            `json:"id"`
+	Token   string         `json:"token"` // the bytes it adds to the text (a special token: its piece)
+	Logprob float64        `json:"logprob"`
+	Top     []TokenLogprob `json:"top_logprobs"`
+}
+
+// TokenLogprob is one of the most likely tokens at a position.
+type TokenLogprob struct {
+	ID      int     `json:"id"`
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+}
+
+func tokenLogprobs(l *Loaded, lp runtime.Logprobs) TokenLogprobs {
+	text := func(id int) string {
+		if b := l.Tok.TokenBytes(id); b != nil {
+			return string(b)
+		}
+		return l.Tok.Token(id)
+	}
+	t := TokenLogprobs{ID: lp.Chosen.ID, Token: text(lp.Chosen.ID), Logprob: lp.Chosen.Logprob, Top: []TokenLogprob{}}
+	for _, e := range lp.Top {
+		t.Top = append(t.Top, TokenLogprob{ID: e.ID, Token: text(e.ID), Logprob: e.Logprob})
+	}
+	return t
 }
 
 // finishReason derives Report.FinishReason from a generation's result, as
@@ -253,16 +304,28 @@ func Action(open Opener) cli.ActionFunc {
 		}
 		eos := l.EOS()
 		sam := SamplingFlags(c, l.Gen.Sampling())
+		if err := sam.Check(FlagName); err != nil {
+			return err
+		}
+		sampler := runtime.NewSamplerParams(sam, c.Uint64("seed"))
+		sampler.Logprobs, sampler.TopLogprobs = c.Bool("logprobs"), c.Int("top-logprobs")
+		if sampler.Constraint, err = formatFlag(c, l, eos); err != nil {
+			return err
+		}
+		var lps []TokenLogprobs
 		out := bufio.NewWriter(c.App.Writer)
 		dec := l.Tok.NewDecoder()
 		asJSON := c.Bool("json")
 		var text strings.Builder
 		opt := runtime.GenerateOptions{
 			MaxTokens: c.Int("max-tokens"),
-			Sampler:   runtime.NewSampler(sam.Temperature, sam.TopK, sam.TopP, c.Uint64("seed")),
+			Sampler:   sampler,
 			Sparsity:  sp,
 			EOS:       eos,
 			OnToken: func(id int) {
+				if sampler.Logprobs {
+					lps = append(lps, tokenLogprobs(l, sampler.Last()))
+				}
 				piece := dec.Add(id)
 				text.WriteString(piece)
 				if !asJSON {
@@ -271,7 +334,19 @@ func Action(open Opener) cli.ActionFunc {
 				}
 			},
 		}
+		sig := make(chan os.Signal, 1)
+		notifyInterrupt(sig)
+		interrupted := false
+		opt.Stop = func() bool {
+			select {
+			case <-sig:
+				interrupted = true
+			default:
+			}
+			return interrupted
+		}
 		res, err := s.Generate(ids, opt)
+		stopInterrupt(sig)
 		if err != nil {
 			return err
 		}
@@ -281,7 +356,11 @@ func Action(open Opener) cli.ActionFunc {
 			PrefillTokensPerS: res.PrefillTokensPerS, DecodeTokensPerS: res.DecodeTokensPerS,
 			PeakRSSBytes: runtime.PeakRSS(), Mode: sp.Mode.String(), LoadedNeurons: res.LoadedNeurons,
 			ComputedNeurons: res.ComputedNeurons, MappedBytes: l.MappedBytes, Device: info,
-			FinishReason: finishReason(res, eos, opt.MaxTokens)}
+			FinishReason: finishReason(res, eos, opt.MaxTokens), Logprobs: lps}
+		if interrupted {
+			rep.FinishReason = "interrupted"
+			defer fmt.Fprintf(c.App.ErrWriter, "note: interrupted (Ctrl-C) after %s\n", Plural(len(res.IDs), "token"))
+		}
 		if rep.IDs == nil {
 			rep.IDs = []int{}
 		}
@@ -320,8 +399,57 @@ func SamplingFlags(c *cli.Context, def runtime.SamplingParams) runtime.SamplingP
 	if c.IsSet("top-p") {
 		def.TopP = c.Float64("top-p")
 	}
+	if c.IsSet("min-p") {
+		def.MinP = c.Float64("min-p")
+	}
+	if c.IsSet("repeat-penalty") {
+		def.RepeatPenalty = c.Float64("repeat-penalty")
+	}
+	if c.IsSet("repeat-last-n") {
+		def.PenaltyLastN = c.Int("repeat-last-n")
+	}
+	if c.IsSet("presence-penalty") {
+		def.PresencePenalty = c.Float64("presence-penalty")
+	}
+	if c.IsSet("frequency-penalty") {
+		def.FrequencyPenalty = c.Float64("frequency-penalty")
+	}
 	return def
 }
+
+// notifyInterrupt and stopInterrupt route Ctrl-C (SIGINT) to a channel while
+// a run generates, so that it stops at the next token and prints its
+// report; tests replace them.
+var (
+	notifyInterrupt = func(c chan<- os.Signal) { signal.Notify(c, os.Interrupt) }
+	stopInterrupt   = func(c chan<- os.Signal) { signal.Stop(c) }
+)
+
+// formatFlag returns --format's constraint: nil without the flag.
+func formatFlag(c *cli.Context, l *Loaded, eos []int) (runtime.Constraint, error) {
+	f := c.String("format")
+	if f == "" {
+		return nil, nil
+	}
+	node := constrain.JSONObject()
+	if f != "json" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--format: %w", err)
+		}
+		if node, err = constrain.Compile(f, b); err != nil {
+			return nil, fmt.Errorf("--format: %w", err)
+		}
+	}
+	v := constrain.NewVocab(l.Model.Config.Vocab, l.Tok.TokenBytes)
+	if m := v.Missing(); m != "" {
+		return nil, fmt.Errorf("--format: this model's vocabulary has no token for %q, so it cannot write JSON", m)
+	}
+	return constrain.NewMatcher(node, v, eos), nil
+}
+
+// FlagName spells a SamplingParams field as its flag: "top_p" → "--top-p".
+func FlagName(field string) string { return "--" + strings.ReplaceAll(field, "_", "-") }
 
 // openRun opens --model: a .sinf file with its checksums verified on its
 // first open (runtime.DefaultVerifyCache remembers the files that passed;
@@ -414,6 +542,10 @@ func checkFlags(c *cli.Context) error {
 		return fmt.Errorf("--top-k %d: want ≥ 0 (0: no cut)", c.Int("top-k"))
 	case !(c.Float64("top-p") > 0 && c.Float64("top-p") <= 1):
 		return fmt.Errorf("--top-p %g: want a probability in (0, 1]", c.Float64("top-p"))
+	case c.Int("top-logprobs") < 0 || c.Int("top-logprobs") > 20:
+		return fmt.Errorf("--top-logprobs %d: want 0 to 20", c.Int("top-logprobs"))
+	case c.IsSet("top-logprobs") && !c.Bool("logprobs"):
+		return errors.New("--top-logprobs needs --logprobs")
 	case c.NArg() > 0:
 		return fmt.Errorf("unexpected arguments %q (the prompt goes in --prompt)", c.Args().Slice())
 	}
@@ -450,6 +582,15 @@ func maxContextName(cfg runtime.Config) string {
 
 func promptText(c *cli.Context) (string, error) {
 	p := c.String("prompt")
+	if p == "-" {
+		b, err := io.ReadAll(io.LimitReader(c.App.Reader, 64<<20))
+		if err != nil {
+			return "", fmt.Errorf("--prompt -: reading standard input: %w", err)
+		}
+		if p = string(b); p == "" {
+			return "", errors.New("empty prompt: standard input held nothing (--prompt -)")
+		}
+	}
 	if f := c.String("prompt-file"); f != "" {
 		if p != "" {
 			return "", errors.New("give --prompt or --prompt-file, not both")

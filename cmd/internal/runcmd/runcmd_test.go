@@ -38,10 +38,50 @@ func slimFile(t *testing.T) string {
 
 // run runs the sinf-run command line in-process.
 func run(args ...string) (stdout, stderr string, err error) {
+	return runStdin("", args...)
+}
+
+// runStdin runs it with stdin as its standard input.
+func runStdin(stdin string, args ...string) (stdout, stderr string, err error) {
 	var o, e bytes.Buffer
-	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: &o, ErrWriter: &e}
+	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Reader: strings.NewReader(stdin), Writer: &o, ErrWriter: &e}
 	err = app.Run(append([]string{"sinf-run"}, args...))
 	return o.String(), e.String(), err
+}
+
+// TestShortFlagsStdinInterrupt: -m -p -n -t are --model --prompt
+// --max-tokens --threads; --prompt - reads the prompt from standard input;
+// Ctrl-C stops the run at the next token and it still prints its report
+// (finish_reason interrupted) and, without --json, its timings.
+func TestShortFlagsStdinInterrupt(t *testing.T) {
+	file := slimFile(t)
+	long, _, err := run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "6", "--json", "--threads", "1")
+	require.NoError(t, err)
+	short, _, err := run("-m", file, "-p", "Once upon a time", "-n", "6", "--json", "-t", "1")
+	require.NoError(t, err)
+	var a, b runcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(long), &a))
+	require.NoError(t, json.Unmarshal([]byte(short), &b))
+	require.Equal(t, a.IDs, b.IDs)
+	piped, _, err := runStdin("Once upon a time", "-m", file, "-p", "-", "-n", "6", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(piped), &b))
+	require.Equal(t, a.PromptIDs, b.PromptIDs)
+	require.Equal(t, a.IDs, b.IDs)
+	_, _, err = runStdin("", "-m", file, "-p", "-")
+	require.ErrorContains(t, err, "standard input held nothing")
+
+	// an interrupt that has arrived before the first token: one token, then the report
+	defer runcmd.SetInterrupt(func(c chan<- os.Signal) { c <- os.Interrupt })()
+	out, _, err := run("-m", file, "-p", "Once upon a time", "-n", "50", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &b))
+	require.Equal(t, "interrupted", b.FinishReason)
+	require.Len(t, b.IDs, 1)
+	_, stderr, err := run("-m", file, "-p", "Once upon a time", "-n", "50")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "decode ")
+	require.Contains(t, stderr, ", 1 tokens, peak RSS")
 }
 
 func TestJSONReport(t *testing.T) {
@@ -73,6 +113,20 @@ func TestJSONReport(t *testing.T) {
 	require.Equal(t, "context", r.FinishReason)
 	require.Len(t, r.IDs, 3)
 	require.Equal(t, "note: generation stopped at the end of the context (8 positions) after 3 tokens; raise --context for more\n", stderr)
+	// --logprobs: one entry per generated id, with --top-logprobs most
+	// likely (greedy: the chosen one first), log probabilities below 0.
+	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "4", "--json", "--logprobs", "--top-logprobs", "2")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Logprobs, len(r.IDs))
+	for i, e := range r.Logprobs {
+		require.Equal(t, r.IDs[i], e.ID)
+		require.Len(t, e.Top, 2)
+		require.Equal(t, e.ID, e.Top[0].ID)
+		require.Equal(t, e.Logprob, e.Top[0].Logprob)
+		require.Less(t, e.Logprob, 0.0)
+		require.GreaterOrEqual(t, e.Top[0].Logprob, e.Top[1].Logprob)
+	}
 	// Dense mode computes every loaded neuron.
 	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "2", "--json", "--mode", "dense")
 	require.NoError(t, err)
@@ -113,6 +167,12 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--top-p", "0"}, "--top-p"},
 		{[]string{"--temperature", "-1"}, "--temperature"},
 		{[]string{"--threads", "-3"}, "--threads"},
+		{[]string{"--min-p", "2"}, "--min-p 2: want a fraction in [0, 1]"},
+		{[]string{"--repeat-last-n", "-5"}, "--repeat-last-n -5"},
+		{[]string{"--frequency-penalty", "3"}, "--frequency-penalty 3"},
+		{[]string{"--top-logprobs", "2"}, "--top-logprobs needs --logprobs"},
+		{[]string{"--format", "json"}, `--format: this model's vocabulary has no token for "{}[]"`},
+		{[]string{"--format", filepath.Join(t.TempDir(), "none.json")}, "--format: open"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--prompt", ""}, "empty prompt"},
 		{[]string{"--prompt", long}, "context"},

@@ -26,7 +26,7 @@ func ChatCommand() *cli.Command {
 		UsageText: "sinf-run chat --model FILE.sinf [--system TEXT] [options]",
 		Flags: append(ModelFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "system", Usage: "a system message to open the conversation with"},
-			&cli.Uint64Flag{Name: "seed", Usage: "sampling seed (default: a random one per reply)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "sampling seed of each reply (0, as sinf-run's)"},
 		}...),
 		Action: func(c *cli.Context) error {
 			o, err := Open(c, 1)
@@ -50,14 +50,17 @@ func ChatCommand() *cli.Command {
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, os.Interrupt)
 			defer signal.Stop(sig)
-			req := request{maxTokens: cfg.MaxTokens, sampling: cfg.Sampling, sparsity: cfg.Sparsity}
-			if c.IsSet("seed") {
-				req.seed, req.seeded = c.Uint64("seed"), true
-			}
+			req := request{maxTokens: cfg.MaxTokens, sampling: cfg.Sampling, sparsity: cfg.Sparsity, seed: c.Uint64("seed"), seeded: true}
 			return chatLoop(srv, req, c.String("system"), c.App.Reader, c.App.Writer, sig)
 		},
 	}
 }
+
+const chatHelp = `commands:
+  /help    this list
+  /reset   forget the conversation (the --system message stays)
+  /exit    quit (also /quit, or Ctrl-D)
+Ctrl-C stops the reply being written; a line starting with // is sent with one /.`
 
 type message struct {
 	Role    string `json:"role"`
@@ -71,6 +74,8 @@ type message struct {
 // value on interrupt stops the reply being generated (the part written
 // stays in the conversation) or, at the prompt, says how to quit. End of
 // input, /exit or /quit ends it; /reset forgets all but the system message.
+// A conversation that outgrows the context loses its oldest turns
+// (fitTurns), which it says the first time.
 func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writer, interrupt <-chan os.Signal) error {
 	var msgs []message
 	if system != "" {
@@ -90,7 +95,8 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			}
 		}
 	}()
-	fmt.Fprintln(out, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over)")
+	fmt.Fprintln(out, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over; /help)")
+	told := false // that turns are dropped
 	for {
 		fmt.Fprint(out, "> ")
 		var line string
@@ -105,11 +111,15 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			fmt.Fprintln(out, "\n(Ctrl-D or /exit quits)")
 			continue
 		}
-		switch strings.TrimSpace(line) {
+		cmd := strings.TrimSpace(line)
+		switch cmd {
 		case "":
 			continue
 		case "/exit", "/quit":
 			return nil
+		case "/help", "/?":
+			fmt.Fprintln(out, chatHelp)
+			continue
 		case "/reset":
 			msgs = msgs[:0]
 			if system != "" {
@@ -118,12 +128,24 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			fmt.Fprintln(out, "(conversation cleared)")
 			continue
 		}
+		if strings.HasPrefix(cmd, "/") && !strings.HasPrefix(cmd, "//") {
+			fmt.Fprintf(out, "(unknown command %s; /help lists them, and // at the start sends a line that begins with /)\n", strings.Fields(cmd)[0])
+			continue
+		}
+		if strings.HasPrefix(strings.TrimLeft(line, " \t"), "//") {
+			line = strings.Replace(line, "//", "/", 1)
+		}
 		msgs = append(msgs, message{"user", line})
-		raw, _ := json.Marshal(msgs)
+		list := make([]json.RawMessage, len(msgs))
+		for i, m := range msgs {
+			list[i], _ = json.Marshal(m)
+		}
 		if e := srv.admit(); e != nil {
 			return e
 		}
-		ids, e := srv.encodeChat("the conversation", raw, nil)
+		// the conversation's oldest turns go once it outgrows the context
+		// (the system message stays); content is encoded as text (encodeChat)
+		ids, dropped, e := srv.fitList("the conversation", list, nil, req.maxTokens)
 		if e != nil {
 			srv.release()
 			msgs = msgs[:len(msgs)-1]
@@ -133,6 +155,17 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 				fmt.Fprintf(out, "error: %s\n", e.Message)
 			}
 			continue
+		}
+		if dropped > 0 {
+			first := 0
+			if system != "" {
+				first = 1
+			}
+			msgs = append(msgs[:first], msgs[first+dropped:]...)
+			if !told {
+				fmt.Fprintf(out, "(the conversation outgrew the context of %d positions: its oldest turns are dropped from now on, the system message kept)\n", srv.Context())
+				told = true
+			}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -144,7 +177,7 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 			}
 		}()
 		var reply strings.Builder
-		_, err := srv.generate(ctx, time.Now(), ids, req, func(t string) error {
+		_, err := srv.generate(ctx, time.Now(), ids, req, func(t string, _ []tokenLogprob) error {
 			reply.WriteString(t)
 			_, err := io.WriteString(out, t)
 			return err

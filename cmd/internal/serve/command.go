@@ -24,17 +24,18 @@ import (
 // ModelFlags are the flags that open a model and its sessions, shared by
 // serve and chat.
 func ModelFlags() []cli.Flag {
-	return append(runcmd.SparsityFlags(), []cli.Flag{
-		&cli.StringFlag{Name: "model", Usage: "a .sinf file", Required: true},
+	return append(append(runcmd.SparsityFlags(), runcmd.PenaltyFlags()...), []cli.Flag{
+		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "a .sinf file", Required: true},
 		&cli.StringFlag{Name: "chat-template", Usage: "a file holding a Jinja chat template, in place of the model's (tokenizer_config.json chat_template)"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions per slot (0: the model's max_position_embeddings)"},
-		&cli.IntFlag{Name: "threads", Usage: "kernel threads per slot (0: the physical cores this process may use, divided among the slots)"},
+		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "kernel threads per slot (0: the physical cores this process may use, divided among the slots)"},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.Float64Flag{Name: "temperature", Usage: "default sampling temperature (default: generation_config.json's when it sets do_sample, else 0: greedy)"},
 		&cli.IntFlag{Name: "top-k", Usage: "default top-k (0: all; default: generation_config.json's)"},
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "default top-p (1: off; default: generation_config.json's)"},
-		&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "default max_tokens of a request"},
+		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 256, Usage: "default max_tokens of a request"},
+		&cli.IntFlag{Name: "max-tokens-limit", Value: 4096, Usage: "the most tokens one request generates, whatever its max_tokens asks (finish_reason length there; 0: up to the context)"},
 		&cli.BoolFlag{Name: "no-bos", Usage: "completions: do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before serving (without it, a .sinf file is checked on its first open only, as sinf-run does)"},
 		&cli.BoolFlag{Name: "content-special-tokens", Usage: "chat: encode control tokens written in message content (<|im_end|>, <|eot_id|>, ...) as control tokens, as HF's apply_chat_template does; only for trusted clients (default: content is text, only the template writes control tokens)"},
@@ -56,6 +57,7 @@ func Command() *cli.Command {
 			&cli.IntFlag{Name: "queue", Value: 16, Usage: "requests that may wait for a slot; more get 503 with Retry-After"},
 			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "request body limit in bytes (413 above)"},
 			&cli.StringFlag{Name: "model-id", Usage: "the model's id in /v1/models and requests (default: the file name without .sinf)"},
+			&cli.BoolFlag{Name: "drop-oldest-turns", Usage: "a chat request longer than the context loses its oldest turns (the system messages stay; the response's dropped_messages counts them) instead of a 400; a request's drop_oldest_turns overrides it"},
 			&cli.BoolFlag{Name: "metrics", Usage: "serve GET /metrics (Prometheus text: requests, tokens, time to first token, busy slots)"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM or SIGINT, let running requests finish this long, then cancel them"},
 			&cli.StringFlag{Name: "cors-origin", Usage: "one web origin (scheme://host[:port]) whose pages may call the server cross-origin; other Origin headers get 403"},
@@ -94,6 +96,9 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	if c.Int("max-tokens") < 1 {
 		return nil, fmt.Errorf("--max-tokens %d: want ≥ 1", c.Int("max-tokens"))
 	}
+	if c.Int("max-tokens-limit") < 0 {
+		return nil, fmt.Errorf("--max-tokens-limit %d: want ≥ 0 (0: up to the context)", c.Int("max-tokens-limit"))
+	}
 	l, err := runcmd.OpenSinfWith(c.String("model"), runtime.OpenOptions{Verify: c.Bool("verify"), Cache: runtime.DefaultVerifyCache()})
 	if err != nil {
 		return nil, err
@@ -130,7 +135,7 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	dev := runcmd.DeviceOptions{Threads: threads, Context: c.Int("context"), Mapped: c.Bool("mapped")}
 	sam := l.Gen.Sampling()
 	sam = runcmd.SamplingFlags(c, sam)
-	if err := checkSampling(sam); err != nil {
+	if err := sam.Check(runcmd.FlagName); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -140,20 +145,9 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 			b, _, err := runcmd.NewGenerator(c.String("device"), l, dev)
 			return b, err
 		},
-		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens")}
+		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens"),
+		MaxTokensLimit: c.Int("max-tokens-limit")}
 	return o, nil
-}
-
-func checkSampling(sam runtime.SamplingParams) error {
-	switch {
-	case !(sam.Temperature >= 0):
-		return fmt.Errorf("--temperature %g: want ≥ 0 (0: greedy)", sam.Temperature)
-	case sam.TopK < 0:
-		return fmt.Errorf("--top-k %d: want ≥ 0 (0: no cut)", sam.TopK)
-	case !(sam.TopP > 0 && sam.TopP <= 1):
-		return fmt.Errorf("--top-p %g: want a probability in (0, 1]", sam.TopP)
-	}
-	return nil
 }
 
 func isLoopback(host string) bool {
@@ -200,6 +194,7 @@ func serveAction(c *cli.Context) error {
 	cfg.ReadHeaderTimeout, cfg.ReadTimeout = c.Duration("read-header-timeout"), c.Duration("read-timeout")
 	cfg.IdleTimeout, cfg.WriteTimeout = c.Duration("idle-timeout"), c.Duration("write-timeout")
 	cfg.ModelID = c.String("model-id")
+	cfg.DropOldestTurns = c.Bool("drop-oldest-turns")
 	if cfg.ModelID == "" {
 		cfg.ModelID = strings.TrimSuffix(filepath.Base(o.L.Path), ".sinf")
 	}

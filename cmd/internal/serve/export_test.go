@@ -11,3 +11,6 @@ func ChatLoop(srv *Server, seed uint64, system string, in io.Reader, out io.Writ
 	req := request{maxTokens: srv.cfg.MaxTokens, sampling: srv.cfg.Sampling, sparsity: srv.cfg.Sparsity, seed: seed, seeded: true}
 	return chatLoop(srv, req, system, in, out, interrupt)
 }
+
+// ChatHelp is the chat loop's /help text.
+const ChatHelp = chatHelp

@@ -41,6 +41,7 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/chat"
+	"github.com/selectinfer/sinf/runtime/constrain"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
@@ -60,6 +61,12 @@ type Config struct {
 	Sparsity  runtime.Sparsity       // defaults: --mode, --phi, --alpha
 	EOS       []int
 	MaxTokens int // default max_tokens
+	// MaxTokensLimit caps every request's max_tokens (0: no cap but the
+	// context), so that one request cannot hold a slot to the context end.
+	MaxTokensLimit int
+	// DropOldestTurns is drop_oldest_turns' default: a chat request past
+	// the context loses its oldest turns instead of a 400 (context.go).
+	DropOldestTurns bool
 
 	APIKey       string // non-empty: /v1 and /metrics need "Authorization: Bearer APIKey"
 	MaxBodyBytes int64  // request body limit (413 above, before reading when Content-Length says so)
@@ -94,6 +101,8 @@ type Server struct {
 
 	bigEncodes atomic.Int64 // encodings of a bigPrompt text running
 
+	vocab func() *constrain.Vocab // the token trie structured output walks, built on first use
+
 	m metrics
 }
 
@@ -117,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Model != nil && cfg.Model.Tok != nil && !cfg.ContentSpecialTokens {
 		s.special = cfg.Model.Tok.SpecialTokens()
 	}
+	s.vocab = sync.OnceValue(func() *constrain.Vocab {
+		return constrain.NewVocab(cfg.Model.Model.Config.Vocab, cfg.Model.Tok.TokenBytes)
+	})
 	for range cfg.Parallel {
 		b, err := cfg.NewBackend()
 		if err != nil {
@@ -230,8 +242,51 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (fields, *apiE
 	return parseBody(body)
 }
 
-// output receives a generation's text as it becomes safe to send.
-type output func(text string) error
+// output receives a generation's text as it becomes safe to send, with the
+// log probabilities (when the request asks) of the tokens generated since
+// the last call: a token's entry comes with the first text sent after it,
+// the tokens of a matched stop string included.
+type output func(text string, lps []tokenLogprob) error
+
+// tokenLogprob is one generated token's entry in OpenAI's chat logprobs
+// ("content" list); the completions form is built from it (completionLogprobs).
+type tokenLogprob struct {
+	Token   string       `json:"token"`
+	Logprob float64      `json:"logprob"`
+	Bytes   []int        `json:"bytes"`
+	Top     []topLogprob `json:"top_logprobs"`
+}
+
+type topLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// tokenText returns a token's text and bytes for logprobs: the bytes it
+// adds to the text (tokenizer.TokenBytes), or a special token's own piece.
+func (s *Server) tokenText(id int) (string, []int) {
+	b := s.cfg.Model.Tok.TokenBytes(id)
+	if b == nil {
+		b = []byte(s.cfg.Model.Tok.Token(id))
+	}
+	ints := make([]int, len(b))
+	for i, c := range b {
+		ints[i] = int(c)
+	}
+	return string(b), ints
+}
+
+func (s *Server) logprobEntry(lp runtime.Logprobs) tokenLogprob {
+	e := tokenLogprob{Logprob: lp.Chosen.Logprob, Top: []topLogprob{}}
+	e.Token, e.Bytes = s.tokenText(lp.Chosen.ID)
+	for _, t := range lp.Top {
+		tt := topLogprob{Logprob: t.Logprob}
+		tt.Token, tt.Bytes = s.tokenText(t.ID)
+		e.Top = append(e.Top, tt)
+	}
+	return e
+}
 
 // timings are sinf's per-response figures (an extension field "timings").
 type timings struct {
@@ -312,13 +367,25 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 		}
 	}
 	maxTokens := runtime.MaxNewTokens(slot.Context(), len(ids), req.maxTokens)
+	if s.cfg.MaxTokensLimit > 0 {
+		maxTokens = min(maxTokens, s.cfg.MaxTokensLimit)
+	}
 	dec := s.cfg.Model.Tok.NewDecoder()
 	match := &stopMatcher{stops: req.stop}
 	var outErr error
 	n := 0
+	sampler := runtime.NewSamplerParams(req.sampling, seed)
+	sampler.Logprobs, sampler.TopLogprobs = req.logprobs, req.topLogprobs
+	if req.format != nil {
+		sampler.Constraint = constrain.NewMatcher(req.format, s.vocab(), s.cfg.EOS)
+	}
+	if c := s.toolConstraint(req.tools); c != nil {
+		sampler.Constraint = c
+	}
+	var lps []tokenLogprob // not yet sent
 	res, err := slot.Generate(ids, runtime.GenerateOptions{
 		MaxTokens: maxTokens,
-		Sampler:   runtime.NewSampler(req.sampling.Temperature, req.sampling.TopK, req.sampling.TopP, seed),
+		Sampler:   sampler,
 		Sparsity:  req.sparsity,
 		EOS:       s.cfg.EOS,
 		OnToken: func(id int) {
@@ -330,8 +397,12 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 			if slices.Contains(s.cfg.EOS, id) {
 				return // the end marker is not text
 			}
+			if req.logprobs {
+				lps = append(lps, s.logprobEntry(sampler.Last()))
+			}
 			if t := match.add(dec.Add(id)); t != "" && outErr == nil {
-				outErr = out(t)
+				outErr = out(t, lps)
+				lps = nil
 			}
 		},
 		Stop: func() bool {
@@ -347,8 +418,8 @@ func (s *Server) generate(ctx context.Context, arrived time.Time, ids []int, req
 		s.m.cancelled.Add(1)
 		return o, errCancelled
 	}
-	if t := match.flush(dec.Flush()); t != "" {
-		if err := out(t); err != nil {
+	if t := match.flush(dec.Flush()); t != "" || len(lps) > 0 {
+		if err := out(t, lps); err != nil {
 			s.m.cancelled.Add(1)
 			return o, errCancelled
 		}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
@@ -42,6 +43,7 @@ var (
 	fileDir   string
 	chatFile  string // tinystories-656k with testTemplate, γ = 0.7 random
 	plainFile string // the same without a template
+	jsonFile  string // with the template and JSON's punctuation and '/' as tokens 2030–2047 (the story vocabulary has no braces)
 )
 
 // files converts tinystories-656k twice (with and without a chat template)
@@ -66,10 +68,49 @@ func files(t testing.TB) (withTemplate, without string) {
 			}
 			require.NoError(t, os.WriteFile(filepath.Join(model, n), b, 0o644))
 		}
+		withJSON := filepath.Join(fileDir, "json")
+		require.NoError(t, os.CopyFS(withJSON, os.DirFS(model)))
+		b, err := os.ReadFile(filepath.Join(model, "tokenizer.json"))
+		require.NoError(t, err)
+		var tj map[string]any
+		require.NoError(t, json.Unmarshal(b, &tj))
+		// the last 18 ids of the vocabulary become JSON's punctuation; the
+		// merges that make or use their old pieces go
+		mdl := tj["model"].(map[string]any)
+		vocab := mdl["vocab"].(map[string]any)
+		old := map[string]bool{}
+		for _, c := range []string{"{", "}", "[", "]", "\"", ":", ",", "{\"", "\":", "\",\"", "\"}", "true", "false", "null", "e", "/", "-", "."} {
+			for k, id := range vocab {
+				if id.(float64) == float64(2030+len(old)) {
+					old[k] = true
+					delete(vocab, k)
+					break
+				}
+			}
+			if _, ok := vocab[c]; ok {
+				delete(vocab, c)
+			}
+			vocab[c] = float64(2029 + len(old))
+		}
+		var merges []any
+		for _, mg := range mdl["merges"].([]any) {
+			var a, b string
+			if pair, ok := mg.([]any); ok {
+				a, b = pair[0].(string), pair[1].(string)
+			} else {
+				a, b, _ = strings.Cut(mg.(string), " ")
+			}
+			if !old[a] && !old[b] && !old[a+b] {
+				merges = append(merges, mg)
+			}
+		}
+		mdl["merges"] = merges
+		b, _ = json.Marshal(tj)
+		require.NoError(t, os.WriteFile(filepath.Join(withJSON, "tokenizer.json"), b, 0o644))
 		for _, c := range []struct {
 			dir, out string
 			dst      *string
-		}{{model, "ts-chat.sinf", &chatFile}, {src, "ts.sinf", &plainFile}} {
+		}{{model, "ts-chat.sinf", &chatFile}, {src, "ts.sinf", &plainFile}, {withJSON, "ts-json.sinf", &jsonFile}} {
 			ck, err := hf.Open(c.dir)
 			require.NoError(t, err)
 			*c.dst = filepath.Join(fileDir, c.out)
@@ -139,6 +180,8 @@ type setup struct {
 	apiKey    string
 	maxBody   int64
 	context   int
+	limit     int    // MaxTokensLimit
+	template  string // in place of the file's
 	wrap      func(b runcmd.Backend) runcmd.Backend
 
 	writeTimeout   time.Duration
@@ -175,7 +218,13 @@ func openServer(t testing.TB, o setup) (*serve.Server, *runcmd.Loaded) {
 		Parallel: max(1, o.parallel), Queue: o.queue, Sampling: runtime.SamplingParams{TopP: 1},
 		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
 		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true,
-		WriteTimeout: o.writeTimeout, ReadTimeout: o.readTimeout, Host: o.host, CORSOrigin: o.corsOrigin, ContentSpecialTokens: o.contentSpecial}
+		WriteTimeout: o.writeTimeout, ReadTimeout: o.readTimeout, Host: o.host, CORSOrigin: o.corsOrigin, ContentSpecialTokens: o.contentSpecial,
+		MaxTokensLimit: o.limit}
+	if o.template != "" {
+		tmpl, terr = chat.New("test template", o.template, nil)
+		require.NoError(t, terr)
+		cfg.Template, cfg.TemplateErr = tmpl, nil
+	}
 	if terr != nil {
 		cfg.Template = nil
 	}
@@ -414,7 +463,14 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/completions", `{"prompt":"a","n":2}`, 400, "n", "n: 2 choices asked; sinf generates one (n = 1)"},
 		{"/v1/completions", `{"prompt":"a","model":"gpt-4"}`, 404, "model", `the model "gpt-4" does not exist: this server serves "ts"`},
 		{"/v1/completions", `{"prompt":"a","frobnicate":1,"suffix":"x"}`, 400, "frobnicate", "unsupported field(s): frobnicate, suffix"},
-		{"/v1/completions", `{"prompt":"a","presence_penalty":0.5}`, 400, "presence_penalty", "presence_penalty: not supported by sinf (only 0 is accepted)"},
+		{"/v1/completions", `{"prompt":"a","presence_penalty":2.5}`, 400, "presence_penalty", "presence_penalty: 2.5: want a number in [−2, 2] (0: off)"},
+		{"/v1/completions", `{"prompt":"a","min_p":1.5}`, 400, "min_p", "min_p: 1.5: want a fraction in [0, 1]"},
+		{"/v1/completions", `{"prompt":"a","repeat_last_n":-2}`, 400, "repeat_last_n", "repeat_last_n: -2: want ≥ −1"},
+		{"/v1/completions", `{"prompt":"a","logprobs":21}`, 400, "logprobs", "logprobs: 21, want 0 to 20"},
+		{"/v1/completions", `{"prompt":"a","top_logprobs":2}`, 400, "top_logprobs", "unsupported field(s): top_logprobs"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":3}`, 400, "logprobs", "logprobs: want true or false"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}`, 400, "top_logprobs", "top_logprobs needs logprobs: true"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":30}`, 400, "top_logprobs", "top_logprobs: 30, want 0 to 20"},
 		{"/v1/completions", `{"prompt":"a","temperature":-1}`, 400, "temperature", "temperature: -1, want ≥ 0 (0: greedy)"},
 		{"/v1/completions", `{"prompt":"a","top_p":0}`, 400, "top_p", "top_p: 0, want a probability in (0, 1]"},
 		{"/v1/completions", `{"prompt":"a","max_tokens":0}`, 400, "max_tokens", "max_tokens: 0, want ≥ 1"},
@@ -429,7 +485,9 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/completions", `{"prompt":"` + long + `"}`, 400, "prompt", "tokens, and the context is 64 positions (--context): shorten the prompt"},
 		{"/v1/chat/completions", `{"messages":[]}`, 400, "messages", "messages: empty"},
 		{"/v1/chat/completions", `{"messages":[{"content":"x"}]}`, 400, "messages[0].role", "messages[0].role: want a string"},
-		{"/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`, 400, "messages[0].content", "content parts are not supported"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0]", `messages[0].content[0]: a "image_url" part; sinf takes text parts only`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":{"a":1}}]}`, 400, "messages[0].content", "messages[0].content: want a string or a list of text parts"},
+		{"/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 400, "messages[0].role", `messages[0].role: "wizard", want system, developer, user, assistant or tool`},
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"max_completion_tokens":2}`, 400, "max_completion_tokens", "give max_tokens or max_completion_tokens, not both"},
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages", "the context is 64 positions"},
 	} {
@@ -578,7 +636,7 @@ func TestClientDisconnect(t *testing.T) {
 		return &hooked{Backend: b, last: last, onToken: func(int) { time.Sleep(2 * time.Millisecond) }}
 	}})
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":400,"stream":true}`))
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":1200,"stream":true}`))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	sc := bufio.NewScanner(resp.Body)
@@ -730,10 +788,11 @@ func TestChatLoop(t *testing.T) {
 	_, r2 := reference(t, l, l.Tok.Encode("user: Tell me a story\nassistant: "+r1+"\nuser: And then?\nStory:", false), 16)
 	require.NotEqual(t, r1, r2)
 	var out bytes.Buffer
-	in := strings.NewReader("Tell me a story\n/reset\nTell me a story\nAnd then?\n")
+	in := strings.NewReader("Tell me a story\n/reset\n/help\n/frob x\nTell me a story\nAnd then?\n")
 	require.NoError(t, serve.ChatLoop(srv, 1, "", in, &out, make(chan os.Signal)))
-	require.Equal(t, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over)\n"+
-		"> "+r1+"\n> (conversation cleared)\n> "+r1+"\n> "+r2+"\n> \n", out.String())
+	require.Equal(t, "(Ctrl-C stops a reply; Ctrl-D or /exit quits; /reset starts over; /help)\n"+
+		"> "+r1+"\n> (conversation cleared)\n> "+serve.ChatHelp+"\n> (unknown command /frob; /help lists them, and // at the start sends a line that begins with /)\n> "+
+		r1+"\n> "+r2+"\n> \n", out.String())
 }
 
 // TestChatInterrupt: an interrupt during a reply stops that reply, keeps
@@ -819,4 +878,362 @@ func TestChatTemplateKwargs(t *testing.T) {
 	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"a cat"}]}`)
 	require.Equal(t, 400, code)
 	require.Contains(t, string(b), `"message":"chat template: say greeting"`)
+}
+
+// refSampled generates on a fresh session with sampler p (seed 0) and
+// logprobs on, and returns the ids and each step's log probabilities.
+func refSampled(t *testing.T, l *runcmd.Loaded, ids []int, maxTokens int, p runtime.SamplingParams, top int) ([]int, []runtime.Logprobs) {
+	t.Helper()
+	b, _, err := runcmd.NewGenerator("cpu", l, runcmd.DeviceOptions{Threads: 1})
+	require.NoError(t, err)
+	defer b.Close()
+	s := runtime.NewSamplerParams(p, 0)
+	s.Logprobs, s.TopLogprobs = true, top
+	var lps []runtime.Logprobs
+	res, err := b.Generate(ids, runtime.GenerateOptions{MaxTokens: maxTokens, EOS: l.EOS(), Sampler: s,
+		Sparsity: runtime.Sparsity{Mode: runtime.SelectInfer, Phi: runtime.DefaultSparsity.Phi, Alpha: runtime.DefaultSparsity.Alpha},
+		OnToken: func(int) {
+			lp := s.Last()
+			lp.Top = slices.Clone(lp.Top)
+			lps = append(lps, lp)
+		}})
+	require.NoError(t, err)
+	return res.IDs, lps
+}
+
+// TestLogprobs: /v1/completions' legacy logprobs (tokens, token_logprobs,
+// top_logprobs, text_offset) and chat's (content entries with bytes and
+// top_logprobs, streamed with their chunks) are the sampler's, token by
+// token, as a session generating alone reports them.
+func TestLogprobs(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file})
+	ids := l.Tok.Encode("Once upon a time", l.Tok.AddsBOS())
+	want, wantLP := refSampled(t, l, ids, 8, runtime.SamplingParams{TopP: 1}, 3)
+	require.Len(t, want, 8)
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"logprobs":3}`)
+	require.Equal(t, 200, code, "%s", b)
+	var c struct {
+		Choices []struct {
+			Text     string
+			Logprobs struct {
+				Tokens        []string
+				TokenLogprobs []float64            `json:"token_logprobs"`
+				TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+				TextOffset    []int                `json:"text_offset"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &c))
+	lp := c.Choices[0].Logprobs
+	require.Len(t, lp.Tokens, 8)
+	off := 0
+	for i, id := range want {
+		require.Equal(t, string(l.Tok.TokenBytes(id)), lp.Tokens[i], "token %d", i)
+		require.InDelta(t, wantLP[i].Chosen.Logprob, lp.TokenLogprobs[i], 1e-12, "token %d", i)
+		require.Less(t, lp.TokenLogprobs[i], 0.0)
+		require.Equal(t, off, lp.TextOffset[i])
+		off += len(l.Tok.TokenBytes(id))
+		require.Len(t, lp.TopLogprobs[i], 3, "token %d", i)
+		// greedy: the chosen token is the most likely one
+		require.InDelta(t, wantLP[i].Top[0].Logprob, lp.TopLogprobs[i][lp.Tokens[i]], 1e-12)
+		for _, e := range wantLP[i].Top {
+			require.InDelta(t, e.Logprob, lp.TopLogprobs[i][string(l.Tok.TokenBytes(e.ID))], 1e-12)
+		}
+	}
+
+	// chat, streamed: each chunk carries the entries of its tokens
+	chatIDs := l.Tok.Encode("user: Tell me a story\nStory:", false)
+	want, wantLP = refSampled(t, l, chatIDs, 6, runtime.SamplingParams{TopP: 1}, 2)
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":6,"stream":true,"logprobs":true,"top_logprobs":2}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	type entry struct {
+		Token   string
+		Logprob float64
+		Bytes   []int
+		Top     []struct {
+			Token   string
+			Logprob float64
+		} `json:"top_logprobs"`
+	}
+	var got []entry
+	var text strings.Builder
+	for _, e := range events(t, resp.Body) {
+		if e == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta    map[string]any
+				Logprobs *struct{ Content []entry }
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(e), &ch), e)
+		if len(ch.Choices) == 0 || ch.Choices[0].Logprobs == nil {
+			continue
+		}
+		if s, ok := ch.Choices[0].Delta["content"].(string); ok {
+			text.WriteString(s)
+		}
+		got = append(got, ch.Choices[0].Logprobs.Content...)
+	}
+	require.Len(t, got, len(want))
+	var joined []byte
+	for i, id := range want {
+		bs := l.Tok.TokenBytes(id)
+		joined = append(joined, bs...)
+		require.Equal(t, string(bs), got[i].Token)
+		require.Len(t, got[i].Bytes, len(bs))
+		require.InDelta(t, wantLP[i].Chosen.Logprob, got[i].Logprob, 1e-12)
+		require.Len(t, got[i].Top, 2)
+		require.InDelta(t, wantLP[i].Top[1].Logprob, got[i].Top[1].Logprob, 1e-12)
+	}
+	// the decoder strips the text's leading space (stories' Strip); the bytes keep it
+	require.Equal(t, strings.TrimPrefix(string(joined), " "), text.String())
+}
+
+// TestPenalties: a request's repeat, presence and frequency penalties and
+// min_p reach the sampler: the greedy reply is a session's with the same
+// settings, and differs from the unpenalized one.
+func TestPenalties(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file})
+	ids := l.Tok.Encode("Once upon a time", l.Tok.AddsBOS())
+	plain, _ := refSampled(t, l, ids, 16, runtime.SamplingParams{TopP: 1}, 0)
+	p := runtime.SamplingParams{TopP: 1, RepeatPenalty: 1.5, PresencePenalty: 0.5, FrequencyPenalty: 0.25, PenaltyLastN: 16}
+	want, _ := refSampled(t, l, ids, 16, p, 0)
+	require.NotEqual(t, plain, want, "the penalties change this reply")
+	dec := l.Tok.NewDecoder()
+	var text strings.Builder
+	for _, id := range want {
+		if !slices.Contains(l.EOS(), id) {
+			text.WriteString(dec.Add(id))
+		}
+	}
+	text.WriteString(dec.Flush())
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":16,"temperature":0,
+		"repeat_penalty":1.5,"presence_penalty":0.5,"frequency_penalty":0.25,"repeat_last_n":16,"min_p":0.1}`)
+	require.Equal(t, 200, code, "%s", b)
+	require.Equal(t, text.String(), decode(t, b).Choices[0].Text)
+}
+
+// TestStructuredOutput: response_format json_schema makes even this tiny
+// story model's greedy reply a document that parses and validates (the
+// schema bounds its length: no free strings), streamed or not, on both
+// endpoints; json_object starts an object; an unsupported keyword is a 400.
+func TestStructuredOutput(t *testing.T) {
+	files(t)
+	ts, _, _ := newServer(t, setup{file: jsonFile})
+	schema := `{"type":"object","properties":{"color":{"enum":["red","blue"]},"n":{"type":"integer"},"ok":{"type":"boolean"},
+		"xs":{"type":"array","items":{"enum":[1,2,null]},"maxItems":3},"pt":{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}},
+		"required":["color","n","ok","xs","pt"],"additionalProperties":false}`
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	require.NoError(t, c.AddResource("s.json", doc))
+	val, err := c.Compile("s.json")
+	require.NoError(t, err)
+	rf := `"response_format":{"type":"json_schema","json_schema":{"name":"t","strict":true,"schema":` + schema + `}}`
+	check := func(text string) {
+		t.Helper()
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+		require.NoError(t, err, "%q", text)
+		require.NoError(t, val.Validate(inst), "%s", text)
+	}
+	code, _, b := post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":1200,"temperature":0,`+rf+`}`)
+	require.Equal(t, 200, code, "%s", b)
+	out := decode(t, b)
+	require.Equal(t, "stop", *out.Choices[0].FinishReason, "%s", b)
+	check(out.Choices[0].Text)
+	// sampled, through the chat template
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"JSON please"}],"max_tokens":1200,"temperature":1,"seed":3,`+rf+`}`)
+	require.Equal(t, 200, code, "%s", b)
+	out = decode(t, b)
+	require.Equal(t, "stop", *out.Choices[0].FinishReason, "%s", b)
+	check(out.Choices[0].Message.Content)
+
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":30,"temperature":0,"response_format":{"type":"json_object"}}`)
+	require.Equal(t, 200, code, "%s", b)
+	require.True(t, strings.HasPrefix(strings.TrimLeft(decode(t, b).Choices[0].Text, " \n\t\r"), "{"), "%s", b)
+
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"string","pattern":"x"}}}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `response_format.json_schema.schema: keyword \"pattern\" is not supported`)
+	plain, _, _ := newServer(t, setup{file: chatFile})
+	code, _, b = post(t, plain.URL+"/v1/completions", `{"prompt":"a","response_format":{"type":"json_object"}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `response_format: this model's vocabulary has no token for \"{}[]\", so it cannot write JSON`)
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"a","response_format":{"type":"xml"}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `response_format.type: \"xml\", want text, json_object or json_schema`)
+}
+
+// TestContentPartsRolesLimit: text content parts are joined into the
+// message's string and developer is the system role (the same reply as the
+// plain form); max_tokens above --max-tokens-limit stops at the limit.
+func TestContentPartsRolesLimit(t *testing.T) {
+	file, _ := files(t)
+	ts, _, _ := newServer(t, setup{file: file, limit: 5})
+	plain := `{"messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"Tell me a story"}],"max_tokens":4}`
+	parts := `{"messages":[{"role":"developer","content":[{"type":"text","text":"Be kind."}]},{"role":"user","content":[{"type":"text","text":"Tell me "},{"type":"text","text":"a story"}]}],"max_tokens":4}`
+	code, _, a := post(t, ts.URL+"/v1/chat/completions", plain)
+	require.Equal(t, 200, code, "%s", a)
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", parts)
+	require.Equal(t, 200, code, "%s", b)
+	ca, cb := decode(t, a), decode(t, b)
+	require.Equal(t, ca.Choices[0].Message.Content, cb.Choices[0].Message.Content)
+	require.Equal(t, ca.Usage.PromptTokens, cb.Usage.PromptTokens)
+	code, _, b = post(t, ts.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":100000000}`)
+	require.Equal(t, 200, code, "%s", b)
+	c := decode(t, b)
+	require.Equal(t, 5, c.Usage.CompletionTokens)
+	require.Equal(t, "length", *c.Choices[0].FinishReason)
+}
+
+// TestDropOldestTurns: a conversation past the context is a 400, or with
+// drop_oldest_turns the reply to its newest turns, the dropped messages
+// counted in the response and its header; the chat loop drops turns too,
+// says so once, and goes on.
+func TestDropOldestTurns(t *testing.T) {
+	file, _ := files(t)
+	ts, _, l := newServer(t, setup{file: file, context: 64, maxTokens: 8})
+	turn := `{"role":"user","content":"Once upon a time there was a dog named Max."},{"role":"assistant","content":"He liked to play in the park."}`
+	long := `{"messages":[{"role":"system","content":"Be kind."},` + strings.Repeat(turn+",", 3) + `{"role":"user","content":"And then?"}],"max_tokens":8`
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", long+`}`)
+	require.Equal(t, 400, code, "%s", b)
+	require.Contains(t, string(b), "context_length_exceeded")
+	code, h, b := post(t, ts.URL+"/v1/chat/completions", long+`,"drop_oldest_turns":true}`)
+	require.Equal(t, 200, code, "%s", b)
+	var resp struct {
+		Dropped int `json:"dropped_messages"`
+		Usage   struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &resp))
+	require.Equal(t, h.Get("X-Sinf-Dropped-Messages"), fmt.Sprint(resp.Dropped))
+	require.Equal(t, 0, resp.Dropped%2, "whole turns go")
+	kept := 3 - resp.Dropped/2
+	prompt := "system: Be kind.\n" + strings.Repeat("user: Once upon a time there was a dog named Max.\nassistant: He liked to play in the park.\n", kept) + "user: And then?\nStory:"
+	require.Equal(t, len(l.Tok.Encode(prompt, false)), resp.Usage.PromptTokens)
+	require.LessOrEqual(t, resp.Usage.PromptTokens, 64-8)
+	more := "system: Be kind.\n" + strings.Repeat("user: Once upon a time there was a dog named Max.\nassistant: He liked to play in the park.\n", kept+1) + "user: And then?\nStory:"
+	require.Greater(t, len(l.Tok.Encode(more, false)), 64-8, "no more turns than needed go")
+
+	// the chat loop: each line adds a turn; past the context, old turns go
+	_, srv, _ := newServer(t, setup{file: file, context: 48, maxTokens: 6})
+	var out bytes.Buffer
+	in := strings.NewReader(strings.Repeat("Once upon a time there was a dog named Max.\n", 6))
+	require.NoError(t, serve.ChatLoop(srv, 1, "Be kind.", in, &out, make(chan os.Signal)))
+	require.Equal(t, 1, strings.Count(out.String(), "(the conversation outgrew the context of 48 positions: its oldest turns are dropped from now on, the system message kept)"), out.String())
+	require.NotContains(t, out.String(), "error:")
+	require.Equal(t, 7, strings.Count(out.String(), "> "), out.String())
+}
+
+// hermesTemplate renders tools and tool calls as Qwen's templates do, in
+// few words.
+const hermesTemplate = "{% if tools %}tools:{% for t in tools %} {{ t.function.name }}{% endfor %}{{ '\\n' }}{% endif %}" +
+	"{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ '\\n' }}" +
+	"{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}{{ '\\n' }}</tool_call>{% endfor %}" +
+	"{% else %}{{ m.content }}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}Story:{% endif %}"
+
+// TestTools: a named tool_choice makes even the story model's reply a call
+// of that tool whose arguments validate against its parameters, as
+// tool_calls with finish_reason tool_calls, streamed or not; with "auto"
+// the tools reach the template and a reply that is no call is content; a
+// round trip (the assistant's call, the tool's result) renders; a template
+// without a tool format is a 400.
+func TestTools(t *testing.T) {
+	files(t)
+	ts, _, l := newServer(t, setup{file: jsonFile, template: hermesTemplate})
+	tools := `[{"type":"function","function":{"name":"get_weather","description":"the weather","parameters":{"type":"object",
+		"properties":{"city":{"enum":["Oslo","Paris"]},"days":{"type":"integer"}},"required":["city","days"],"additionalProperties":false}}},
+		{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}]`
+	user := `"messages":[{"role":"user","content":"Weather in Oslo?"}]`
+	named := `{` + user + `,"tools":` + tools + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}},"max_tokens":600,"temperature":0}`
+	code, _, b := post(t, ts.URL+"/v1/chat/completions", named)
+	require.Equal(t, 200, code, "%s", b)
+	var r struct {
+		Choices []struct {
+			Message struct {
+				Content   *string
+				ToolCalls []struct {
+					ID, Type string
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &r))
+	ch := r.Choices[0]
+	require.Equal(t, "tool_calls", ch.FinishReason, "%s", b)
+	require.Nil(t, ch.Message.Content)
+	require.Len(t, ch.Message.ToolCalls, 1)
+	call := ch.Message.ToolCalls[0]
+	require.Equal(t, "function", call.Type)
+	require.True(t, strings.HasPrefix(call.ID, "call_"))
+	require.Equal(t, "get_weather", call.Function.Name)
+	var args struct {
+		City string
+		Days *int
+	}
+	require.NoError(t, json.Unmarshal([]byte(call.Function.Arguments), &args), call.Function.Arguments)
+	require.Contains(t, []string{"Oslo", "Paris"}, args.City)
+	require.NotNil(t, args.Days)
+	withTools := r.Usage.PromptTokens
+	require.Equal(t, len(l.Tok.Encode("tools: get_weather get_time\nuser: Weather in Oslo?\nStory:", false)), withTools)
+
+	// streamed: one delta with the call, then finish_reason tool_calls
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.Replace(named, `"temperature":0`, `"temperature":0,"stream":true`, 1)))
+	require.NoError(t, err)
+	ev := events(t, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, "[DONE]", ev[len(ev)-1])
+	var first struct {
+		Choices []struct {
+			Delta struct {
+				ToolCalls []struct {
+					Index    int
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(ev[0]), &first))
+	require.Equal(t, call.Function.Arguments, first.Choices[0].Delta.ToolCalls[0].Function.Arguments, "greedy: the same call")
+	require.Contains(t, ev[len(ev)-2], `"finish_reason":"tool_calls"`)
+
+	// auto: the model writes no call here, so the reply is content
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{`+user+`,"tools":`+tools+`,"max_tokens":6,"temperature":0}`)
+	require.Equal(t, 200, code, "%s", b)
+	r.Choices = nil
+	require.NoError(t, json.Unmarshal(b, &r))
+	require.NotNil(t, r.Choices[0].Message.Content)
+	require.Empty(t, r.Choices[0].Message.ToolCalls)
+	require.Equal(t, withTools, r.Usage.PromptTokens)
+
+	// the round trip: the call (arguments a JSON string) and the tool's answer
+	trip := `{"messages":[{"role":"user","content":"Weather in Oslo?"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+		"function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\",\"days\":1}"}}]},{"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+		"tools":` + tools + `,"max_tokens":4}`
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", trip)
+	require.Equal(t, 200, code, "%s", b)
+	r.Choices = nil
+	require.NoError(t, json.Unmarshal(b, &r))
+	prompt := "tools: get_weather get_time\nuser: Weather in Oslo?\nassistant: <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 1}}\n</tool_call>\ntool: sunny\nStory:"
+	require.Equal(t, len(l.Tok.Encode(prompt, false)), r.Usage.PromptTokens)
+
+	plain, _, _ := newServer(t, setup{file: jsonFile})
+	code, _, b = post(t, plain.URL+"/v1/chat/completions", `{`+user+`,"tools":`+tools+`}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), "no tool-call format sinf knows")
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{`+user+`,"tools":`+tools+`,"tool_choice":{"type":"function","function":{"name":"nope"}}}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, string(b), `tool_choice: no tool named \"nope\"`)
 }
