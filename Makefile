@@ -13,9 +13,12 @@ vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-# The test command of README.md and .ci/run: vet, every test, the race
-# detector on the concurrent code, a few seconds of each fuzz target.
+# The test command of README.md and .ci/run: vet, the CUDA kernels and
+# backend on the CPU emulation (cuda-emu: needs g++ with its sanitizer
+# runtimes), every test, the race detector on the concurrent code, a few
+# seconds of each fuzz target.
 test: vet
+	$(MAKE) cuda-emu
 	$(MAKE) fuzz FUZZTIME=5s
 	$(GO) test -race ./runtime/kernels/ ./convert/profile/ ./runtime/ ./cmd/internal/serve/
 	$(GO) test ./...
