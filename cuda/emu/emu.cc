@@ -339,7 +339,7 @@ int run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<voi
 	if (!w.sched_tsan) w.sched_tsan = __tsan_get_current_fiber();
 #endif
 	while (w.fibers.size() < n) w.fibers.push_back(new_fiber(w));
-	w.body = &body;
+	st(w.body, &body);
 	w.kernel = name;
 	w.n = (int)n;
 	w.warps.assign((n + 31) / 32, Warp{});
@@ -357,7 +357,7 @@ int run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<voi
 				run_block(w);
 			}
 	st(w.cur, (Fiber *)nullptr);
-	w.body = nullptr;
+	st(w.body, (const std::function<void()> *)nullptr);
 	return 0;
 }
 

@@ -6,11 +6,17 @@
 // (cuda/gpu_test.go against the CPU kernels); this driver checks only what
 // it can in a few lines: argmax, the selections, RMSNorm, the dot products
 // of matvec, and the half/bfloat16 conversions of cuda_emu.h, exhaustively
-// against a nearest-value reference.
+// against a nearest-value reference; and the emulator's own primitives
+// (shuffles with widths, ballot, atomics, indices of 3-D blocks and grids,
+// a barrier with exited threads, a bad launch shape, a deadlock that must
+// abort) against the Programming Guide's definitions.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <random>
@@ -253,6 +259,95 @@ static void test_conversions() {
 	CHECK(sinf_emu::f32_to_bf16(NAN) >> 7 == 0xff, "NaN → bf16 is not NaN");
 }
 
+// ---- The emulator's own primitives, against the Programming Guide ----------
+
+// primitives_kernel: per thread, the results of each warp primitive and the
+// thread's indices, in out[block][thread][8].
+__global__ void primitives_kernel(int *out, unsigned *counter) {
+	const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+	const int n = blockDim.x * blockDim.y * blockDim.z;
+	const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+	int *o = out + ((size_t)block * n + tid) * 8;
+	const int lane = tid & 31;
+	o[0] = __shfl_xor_sync(0xffffffffu, 100 + lane, 5);
+	o[1] = __shfl_sync(0xffffffffu, 100 + lane, 3, 16);
+	o[2] = __shfl_down_sync(0xffffffffu, 100 + lane, 4, 16);
+	o[3] = __shfl_up_sync(0xffffffffu, 100 + lane, 2);
+	o[4] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
+	atomicAdd(counter, 1u);
+	__shared__ int stage[64];
+	stage[tid] = tid * 7;
+	__syncthreads();
+	o[5] = stage[n - 1 - tid]; // written by another warp before the barrier
+	o[6] = (int)(threadIdx.x | threadIdx.y << 8 | threadIdx.z << 16);
+	o[7] = (int)(blockIdx.x | blockIdx.y << 8 | blockIdx.z << 16);
+}
+
+// exit_early_kernel: half the block returns before the barrier; the rest
+// must still pass it (a barrier counts the threads that have not exited).
+__global__ void exit_early_kernel(int *out) {
+	__shared__ int v[64];
+	if (threadIdx.x >= 32) return;
+	v[threadIdx.x] = (int)threadIdx.x;
+	__syncthreads();
+	out[threadIdx.x] = v[31 - threadIdx.x];
+}
+
+// divergent_kernel: half of warp 1 waits at a full-warp shuffle while the
+// rest of the block waits at the barrier: neither can complete (undefined
+// on a GPU, where it hangs or corrupts), and the emulator must abort.
+__global__ void divergent_kernel(int *out) {
+	if (threadIdx.x >= 32 && threadIdx.x < 48)
+		out[0] = __shfl_xor_sync(0xffffffffu, 1, 1);
+	else
+		__syncthreads();
+}
+
+static void test_primitives() {
+	const dim3 grid(2, 3, 1), block(16, 2, 2);
+	const int nb = 6, nt = 64;
+	std::vector<int> out((size_t)nb * nt * 8, -1);
+	unsigned counter = 0;
+	SINF_EMU_LAUNCH(grid, block, 0, 0, primitives_kernel)(out.data(), &counter);
+	CHECK(counter == (unsigned)(nb * nt), "atomicAdd counted %u, want %d", counter, nb * nt);
+	for (int b = 0; b < nb; b++)
+		for (int t = 0; t < nt; t++) {
+			const int *o = &out[((size_t)b * nt + t) * 8];
+			const int lane = t & 31, seg = lane & ~15;
+			unsigned ballot = 0;
+			for (int l = 0; l < 32; l++) ballot |= (l % 3 == 0 ? 1u : 0u) << l;
+			CHECK(o[0] == 100 + (lane ^ 5), "shfl_xor lane %d: %d", lane, o[0]);
+			CHECK(o[1] == 100 + seg + 3, "shfl width 16 lane %d: %d", lane, o[1]);
+			CHECK(o[2] == 100 + ((lane & 15) + 4 < 16 ? lane + 4 : lane), "shfl_down lane %d: %d", lane, o[2]);
+			CHECK(o[3] == 100 + (lane >= 2 ? lane - 2 : lane), "shfl_up lane %d: %d", lane, o[3]);
+			CHECK((unsigned)o[4] == ballot, "ballot lane %d: %#x", lane, o[4]);
+			CHECK(o[5] == (nt - 1 - t) * 7, "shared after the barrier, thread %d: %d", t, o[5]);
+			CHECK(o[6] == ((t % 16) | ((t / 16) % 2) << 8 | (t / 32) << 16), "threadIdx of %d: %#x", t, o[6]);
+			CHECK(o[7] == ((b % 2) | (b / 2) << 8), "blockIdx of %d: %#x", b, o[7]);
+		}
+	std::vector<int> e(32, -1);
+	SINF_EMU_LAUNCH(1, 64, 0, 0, exit_early_kernel)(e.data());
+	for (int i = 0; i < 32; i++) CHECK(e[i] == 31 - i, "exit_early %d: %d", i, e[i]);
+	// A bad shape is a launch error, as on the GPU.
+	SINF_EMU_LAUNCH(1, 2048, 0, 0, exit_early_kernel)(e.data());
+	CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "2048 threads per block launched");
+#ifndef __SANITIZE_THREAD__ // TSan's state in a forked child is its own
+	// The divergent barrier aborts (in a child process).
+	fflush(stderr);
+	const pid_t pid = fork();
+	if (pid == 0) {
+		if (!getenv("SINF_EMU_SHOW_ABORT")) freopen("/dev/null", "w", stderr);
+		int x = 0;
+		SINF_EMU_LAUNCH(1, 64, 0, 0, divergent_kernel)(&x);
+		_exit(0);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "a divergent __syncthreads did not abort (status %#x)",
+	      status);
+#endif
+}
+
 int main() {
 	sinf_device_info info;
 	if (sinf_ctx_create(0, &ctx, &info) != 0) {
@@ -266,6 +361,7 @@ int main() {
 	test_elementwise();
 	test_select();
 	test_conversions();
+	test_primitives();
 	sinf_ctx_destroy(ctx);
 	if (failures) {
 		fprintf(stderr, "kernels_test: %d failures\n", failures);
