@@ -13,9 +13,12 @@ vet:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-# The test command of README.md and .ci/run: vet, every test, the race
-# detector on the concurrent code, a few seconds of each fuzz target.
+# The test command of README.md and .ci/run: vet, the CUDA kernels and
+# backend on the CPU emulation (cuda-emu: needs g++ with its sanitizer
+# runtimes), every test, the race detector on the concurrent code, a few
+# seconds of each fuzz target.
 test: vet
+	$(MAKE) cuda-emu
 	$(MAKE) fuzz FUZZTIME=5s
 	$(GO) test -race ./runtime/kernels/ ./convert/profile/ ./runtime/ ./cmd/internal/serve/
 	$(GO) test ./...
@@ -110,3 +113,73 @@ $(CUDA_PORTABLE)/libsinfcuda.a: $(CUDA_PORTABLE_OBJS)
 cuda-portable: $(CUDA_PORTABLE)/libsinfcuda.a
 	$(CUDA_PORTABLE_GO) build -tags cuda,cudaportable -ldflags='-s -w' -o $(CUDA_PORTABLE)/ ./cmd/sinf ./cmd/sinf-run
 	$(CUDA_PORTABLE_GO) test -c -tags cuda,cudaportable -ldflags='-s -w' -o $(CUDA_PORTABLE)/cuda.test ./cuda/
+
+# The CPU emulation of the CUDA execution model (cuda/emu, cuda/README.md):
+# the same kernel sources compiled as host C++ by g++, so every kernel and
+# the whole backend (cuda.Session through cgo) run without a GPU or nvcc.
+#   cuda-emu-lib: cuda/build/emu (-O2) and cuda/build/emu-asan
+#                 (-fsanitize=address,undefined); -tags cuda,cudaemu links
+#                 the first, go test -asan the second.
+#   cuda-emu:     the kernel driver under ThreadSanitizer (a missing
+#                 __syncthreads is a race it reports) and under ASan+UBSan,
+#                 then every cuda test (kernels against the CPU, whole
+#                 models against runtime.Session) under ASan+UBSan.
+CXX ?= g++
+EMU_CXXFLAGS = -std=c++17 -g -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-parameter -ffp-contract=off -fPIC \
+	-fno-omit-frame-pointer -Icuda/emu/include
+EMU_SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+EMU_SRCS = $(wildcard cuda/kernels/*.cu) cuda/emu/emu.cc
+EMU_DEPS = $(EMU_SRCS) cuda/kernels/common.cuh cuda/sinfcuda.h cuda/emu/cuda_emu.h $(wildcard cuda/emu/include/*.h)
+EMU_OBJS = $(patsubst cuda/kernels/%.cu,%.o,$(wildcard cuda/kernels/*.cu)) emu.o
+EMU_GO = CGO_CFLAGS="-O2 -g -DSINF_CUDA_LIB=$$(cat cuda/build/emu/*.a cuda/build/emu-asan/*.a | sha256sum | cut -c1-16)" $(GO)
+
+.PHONY: cuda-emu cuda-emu-lib
+
+# emu_lib(dir, flags): every source compiled to dir/*.o, archived as
+# dir/libsinfcuda.a.
+define emu_lib
+	@mkdir -p $(1)
+	@set -e; for s in $(EMU_SRCS); do o=$(1)/$$(basename $${s%.*}).o; \
+		echo "$(CXX) $(2) -c $$s"; $(CXX) $(EMU_CXXFLAGS) $(2) -x c++ -c $$s -o $$o; done
+	rm -f $(1)/libsinfcuda.a
+	ar rcs $(1)/libsinfcuda.a $(addprefix $(1)/,$(EMU_OBJS))
+endef
+
+cuda/build/emu/libsinfcuda.a: $(EMU_DEPS)
+	$(call emu_lib,cuda/build/emu,-O2)
+
+cuda/build/emu-asan/libsinfcuda.a: $(EMU_DEPS)
+	$(call emu_lib,cuda/build/emu-asan,-O1 $(EMU_SAN))
+
+cuda/build/emu-tsan/kernels_test: $(EMU_DEPS) cuda/emu/kernels_test.cc
+	$(call emu_lib,cuda/build/emu-tsan,-O1 -fsanitize=thread -Wno-tsan)
+	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -Wno-tsan cuda/emu/kernels_test.cc cuda/build/emu-tsan/libsinfcuda.a -o $@ -lpthread
+
+cuda/build/emu-asan/kernels_test: cuda/build/emu-asan/libsinfcuda.a cuda/emu/kernels_test.cc
+	$(CXX) $(EMU_CXXFLAGS) -O1 $(EMU_SAN) cuda/emu/kernels_test.cc cuda/build/emu-asan/libsinfcuda.a -o $@ -lpthread
+
+# The mutation the sanitizers must catch: block_sum (common.cuh) without its
+# first __syncthreads, so warp 0 reads the other warps' partial sums before
+# they are written. The kernel driver linked with that elementwise.cu must
+# fail under ThreadSanitizer (a data race, exit status 66).
+cuda/build/emu-mut/kernels_test: cuda/build/emu-tsan/kernels_test
+	rm -rf cuda/build/emu-mut && mkdir -p cuda/build/emu-mut/kernels
+	cp cuda/sinfcuda.h cuda/build/emu-mut/ && cp cuda/kernels/* cuda/build/emu-mut/kernels/
+	awk '/float block_sum\(float v\)/ { inside = 1 } inside && /__syncthreads\(\);/ && !done { sub(/__syncthreads\(\);/, "/* mutated: no barrier */"); done = 1 } { print }' \
+		cuda/kernels/common.cuh > cuda/build/emu-mut/kernels/common.cuh
+	! cmp -s cuda/kernels/common.cuh cuda/build/emu-mut/kernels/common.cuh
+	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -Wno-tsan -x c++ -c cuda/build/emu-mut/kernels/elementwise.cu -o cuda/build/emu-mut/elementwise.o
+	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -Wno-tsan cuda/emu/kernels_test.cc cuda/build/emu-mut/elementwise.o \
+		$(filter-out cuda/build/emu-tsan/elementwise.o,$(addprefix cuda/build/emu-tsan/,$(EMU_OBJS))) -o $@ -lpthread
+
+cuda-emu-lib: cuda/build/emu/libsinfcuda.a cuda/build/emu-asan/libsinfcuda.a
+
+cuda-emu: cuda-emu-lib cuda/build/emu-tsan/kernels_test cuda/build/emu-asan/kernels_test cuda/build/emu-mut/kernels_test
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" cuda/build/emu-tsan/kernels_test
+	@echo "cuda-emu: the mutated block_sum must be reported by ThreadSanitizer:"
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" cuda/build/emu-mut/kernels_test > cuda/build/emu-mut/tsan.log 2>&1; \
+		rc=$$?; grep -m1 'WARNING: ThreadSanitizer: data race' cuda/build/emu-mut/tsan.log; \
+		if [ $$rc -ne 66 ]; then echo "cuda-emu: the missing __syncthreads was not caught (exit $$rc)"; exit 1; fi
+	cuda/build/emu-asan/kernels_test
+	$(EMU_GO) vet -tags cuda,cudaemu ./cuda/
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(EMU_GO) test -asan -tags cuda,cudaemu -count=1 ./cuda/

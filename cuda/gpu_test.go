@@ -398,8 +398,10 @@ func TestKernelSelectTop(t *testing.T) {
 // (runtime.GateCalib, GateWeights), its keys (runtime.GateScores' bits),
 // the rows sinf_select_top picks from them, and the gathered SwiGLU, against
 // the CPU.
-// Keys are equal except where the device's double exp rounds differently in
-// the last float bit (at most 1 ulp of the key).
+// Keys agree within 2e-6 relative: the device computes silu with a double
+// exp, the CPU's AVX2/NEON SwiGLU with its own float exp (within 1e-6 of the
+// portable formula; the emulator found keys 2 ulp apart, where this test
+// once allowed 1).
 func TestKernelGateFirst(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(13, 1))
@@ -427,8 +429,8 @@ func TestKernelGateFirst(t *testing.T) {
 		p.ref.gateScore(keys.r, g.r, wb.r, c.kept)
 		gk, rk := p.getI32(keys, c.kept)
 		for i := range rk {
-			d := gk[i] - rk[i]
-			require.True(t, d >= -1 && d <= 1, "kept %d key %d: gpu %#x cpu %#x", c.kept, i, gk[i], rk[i])
+			gv, rv := float64(math.Float32frombits(uint32(gk[i]))), float64(math.Float32frombits(uint32(rk[i])))
+			require.True(t, math.Abs(gv-rv) <= 2e-6*rv, "kept %d key %d: gpu %#x cpu %#x", c.kept, i, gk[i], rk[i])
 		}
 		// Select from the CPU's keys on both, so the rows must be equal.
 		ck := p.i32(rk)

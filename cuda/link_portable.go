@@ -1,4 +1,4 @@
-//go:build cuda && cudaportable
+//go:build cuda && cudaportable && !cudaemu
 
 package cuda
 

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"time"
 	"unsafe"
 
 	"github.com/selectinfer/sinf/format"
@@ -630,131 +629,81 @@ func (s *Session) Active(layer int) ([]int32, error) {
 // Generate runs the prompt as one batched prefill computing every loaded
 // neuron; in a sparse mode it counts activations and fixes each sliced
 // layer's active rows on the device; then it decodes one token at a time
-// until MaxTokens, an EOS id, Stop, or the end of the context
-// (runtime.MaxNewTokens; runtime.Session's contract). The session must be empty.
+// until MaxTokens, an EOS id, Stop, or the end of the context (runtime.Session's
+// contract: both are runtime.GenerateOn). The session must be empty.
 func (s *Session) Generate(prompt []int, opt runtime.GenerateOptions) (runtime.Result, error) {
-	res := runtime.Result{PromptIDs: slices.Clone(prompt)}
-	if len(prompt) == 0 {
-		return res, errors.New("generate: empty prompt")
-	}
-	if s.pos != 0 {
-		return res, errors.New("generate: session is not empty; call Reset first")
-	}
-	if len(prompt) > s.ctx {
-		return res, fmt.Errorf("%w: prompt of %d tokens, context %d", runtime.ErrContextFull, len(prompt), s.ctx)
-	}
-	sp := opt.Sparsity
-	if err := sp.Validate(s.m); err != nil {
-		return res, err
-	}
+	return runtime.GenerateOn(gpuDecoder{s}, prompt, opt)
+}
+
+// Score returns the negative log-likelihood of each token of cont given the
+// prompt and the tokens of cont before it (runtime.ScoreOn, as
+// runtime.Session.Score: the prompt is one prefill, which fixes the active
+// sets in a sparse mode, then cont is fed one token at a time through
+// decode).
+func (s *Session) Score(prompt, cont []int, sp runtime.Sparsity) ([]float64, error) {
+	return runtime.ScoreOn(gpuDecoder{s}, prompt, cont, sp)
+}
+
+// gpuDecoder is the Session as the runtime.Decoder of GenerateOn and
+// ScoreOn.
+type gpuDecoder struct{ s *Session }
+
+func (d gpuDecoder) Model() *runtime.Model                      { return d.s.m }
+func (d gpuDecoder) Pos() int                                   { return d.s.pos }
+func (d gpuDecoder) Context() int                               { return d.s.ctx }
+func (d gpuDecoder) Sync() error                                { return d.s.be.sync() }
+func (d gpuDecoder) Decode(id int) error                        { return d.s.forward([]int{id}, false, 0) }
+func (d gpuDecoder) Logits() ([]float32, error)                 { return d.s.Logits() }
+func (d gpuDecoder) Next(sampler *runtime.Sampler) (int, error) { return d.s.nextToken(sampler) }
+
+// Prefill: the prompt with the activations counted on the device
+// (SelectInfer, CoreInfer) or GateFirst's calibration, then the active rows
+// (sinf_select_top: runtime.ActiveSet) or GateFirst's row weights and
+// per-token count of each sliced layer.
+func (d gpuDecoder) Prefill(prompt []int, sp runtime.Sparsity) ([]int, error) {
+	s := d.s
 	count := sp.Mode != runtime.Dense && !sp.Mode.PerToken()
 	if count {
-		for i, d := range s.layers {
-			if d.sliced {
-				s.be.zero(s.counts[i], 4*d.kept)
+		for i, l := range s.layers {
+			if l.sliced {
+				s.be.zero(s.counts[i], 4*l.kept)
 			}
 		}
 	}
 	if sp.Mode.PerToken() {
 		if err := s.startCalib(); err != nil {
-			return res, err
-		}
-	}
-	start := time.Now()
-	err := s.forward(prompt, count, sp.Alpha)
-	s.calibrating = false
-	if err == nil {
-		err = s.be.sync()
-	}
-	if err != nil {
-		return res, err
-	}
-	res.PrefillSeconds = time.Since(start).Seconds()
-	res.PrefillTokensPerS = float64(len(prompt)) / res.PrefillSeconds
-	N := s.m.Config.Intermediate
-	for i, d := range s.layers {
-		res.LoadedNeurons = append(res.LoadedNeurons, d.kept)
-		if count && d.sliced {
-			// runtime.ActiveSet on the device.
-			target := min(runtime.RoundCount(sp.Phi, N), d.kept)
-			static := 0
-			if sp.Mode == runtime.SelectInfer {
-				static = min(d.base, target)
-			}
-			s.be.selectTop(s.active[i], s.counts[i], d.kept, static, target)
-			s.activeN[i] = target
-		}
-		if sp.Mode.PerToken() && d.sliced {
-			s.be.gateWeights(d.gateW, d.calA, d.calS, d.upNorm, d.downNorm, d.kept)
-			s.perToken[i] = min(runtime.RoundCount(sp.Phi, N), d.kept)
-		}
-		if k := s.perToken[i]; k > 0 {
-			res.ComputedNeurons = append(res.ComputedNeurons, k)
-		} else if n := s.activeN[i]; n >= 0 {
-			res.ComputedNeurons = append(res.ComputedNeurons, n)
-		} else {
-			res.ComputedNeurons = append(res.ComputedNeurons, d.kept)
-		}
-	}
-	if opt.Sampler != nil {
-		opt.Sampler.Start(prompt)
-	}
-	start = time.Now()
-	steps := 0
-	limit := runtime.MaxNewTokens(s.ctx, len(prompt), opt.MaxTokens)
-	for len(res.IDs) < limit {
-		id, err := s.nextToken(opt.Sampler)
-		if err != nil {
-			return res, err
-		}
-		res.IDs = append(res.IDs, id)
-		if opt.OnToken != nil {
-			opt.OnToken(id)
-		}
-		if slices.Contains(opt.EOS, id) || len(res.IDs) == limit || (opt.Stop != nil && opt.Stop()) {
-			break
-		}
-		if err := s.forward([]int{id}, false, 0); err != nil {
-			return res, err
-		}
-		steps++
-	}
-	if err := s.be.sync(); err != nil {
-		return res, err
-	}
-	res.DecodeSeconds = time.Since(start).Seconds()
-	if steps > 0 {
-		res.DecodeTokensPerS = float64(steps) / res.DecodeSeconds
-	}
-	return res, nil
-}
-
-// Score returns the negative log-likelihood of each token of cont given the
-// prompt and the tokens of cont before it (runtime.Session.Score's contract:
-// the prompt is one prefill, which fixes the active sets in a sparse mode,
-// then cont is fed one token at a time through decode).
-func (s *Session) Score(prompt, cont []int, sp runtime.Sparsity) ([]float64, error) {
-	if len(cont) == 0 {
-		return nil, nil
-	}
-	if _, err := s.Generate(prompt, runtime.GenerateOptions{MaxTokens: 0, Sparsity: sp}); err != nil {
-		return nil, err
-	}
-	nll := make([]float64, 0, len(cont))
-	for i, id := range cont {
-		if i > 0 {
-			if err := s.forward(cont[i-1:i], false, 0); err != nil {
-				return nil, err
-			}
-		}
-		logits, err := s.Logits()
-		if err != nil {
 			return nil, err
 		}
-		if id < 0 || id >= len(logits) {
-			return nil, fmt.Errorf("score: token id %d outside [0, %d)", id, len(logits))
-		}
-		nll = append(nll, -runtime.LogSoftmaxAt(logits, id))
 	}
-	return nll, nil
+	err := s.forward(prompt, count, sp.Alpha)
+	s.calibrating = false
+	if err != nil {
+		return nil, err
+	}
+	N := s.m.Config.Intermediate
+	computed := make([]int, 0, len(s.layers))
+	for i, l := range s.layers {
+		if count && l.sliced {
+			// runtime.ActiveSet on the device.
+			target := min(runtime.RoundCount(sp.Phi, N), l.kept)
+			static := 0
+			if sp.Mode == runtime.SelectInfer {
+				static = min(l.base, target)
+			}
+			s.be.selectTop(s.active[i], s.counts[i], l.kept, static, target)
+			s.activeN[i] = target
+		}
+		if sp.Mode.PerToken() && l.sliced {
+			s.be.gateWeights(l.gateW, l.calA, l.calS, l.upNorm, l.downNorm, l.kept)
+			s.perToken[i] = min(runtime.RoundCount(sp.Phi, N), l.kept)
+		}
+		if k := s.perToken[i]; k > 0 {
+			computed = append(computed, k)
+		} else if n := s.activeN[i]; n >= 0 {
+			computed = append(computed, n)
+		} else {
+			computed = append(computed, l.kept)
+		}
+	}
+	return computed, nil
 }

@@ -1,11 +1,8 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"time"
 )
 
 // GenerateOptions configures Session.Generate.
@@ -56,23 +53,34 @@ func MaxNewTokens(context, prompt, maxTokens int) int {
 // Generate runs the prompt as one batched prefill, computing every loaded
 // neuron; in a sparse mode it counts activations (Counter) and fixes each
 // sliced layer's active set (ActiveSet); then it samples and feeds tokens one
-// at a time until MaxTokens, an EOS id, Stop, or the end of the context
-// (MaxNewTokens). The session must be empty (Pos() == 0).
+// at a time until MaxTokens, an EOS id, Stop, or the end of the context. The
+// session must be empty (Pos() == 0). It is GenerateOn over the CPU's
+// forward pass.
 func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
-	res := Result{PromptIDs: slices.Clone(prompt)}
-	if len(prompt) == 0 {
-		return res, errors.New("generate: empty prompt")
-	}
-	if s.pos != 0 {
-		return res, errors.New("generate: session is not empty; call Reset first")
-	}
-	if len(prompt) > s.ctx {
-		return res, fmt.Errorf("%w: prompt of %d tokens, context %d", ErrContextFull, len(prompt), s.ctx)
-	}
-	sp := opt.Sparsity
-	if err := sp.Validate(s.m); err != nil {
-		return res, err
-	}
+	return GenerateOn(cpuDecoder{s}, prompt, opt)
+}
+
+// Score returns the negative log-likelihood (natural log) of each token of
+// cont given the prompt and the tokens of cont before it (ScoreOn over the
+// CPU's forward pass). The session must be empty. Used for perplexity and
+// log-likelihood evaluation.
+func (s *Session) Score(prompt, cont []int, sp Sparsity) ([]float64, error) {
+	return ScoreOn(cpuDecoder{s}, prompt, cont, sp)
+}
+
+// cpuDecoder is the Session as the Decoder of GenerateOn and ScoreOn.
+type cpuDecoder struct{ s *Session }
+
+func (d cpuDecoder) Model() *Model { return d.s.m }
+func (d cpuDecoder) Pos() int      { return d.s.pos }
+func (d cpuDecoder) Context() int  { return d.s.ctx }
+func (d cpuDecoder) Sync() error   { return nil }
+
+// Prefill: the prompt through Forward with a Counter observing the FFN
+// activations (SelectInfer, CoreInfer) or GateFirst's calibration, then the
+// active sets (ActiveSet) or per-token counts of the sliced layers.
+func (d cpuDecoder) Prefill(prompt []int, sp Sparsity) ([]int, error) {
+	s := d.s
 	var counter *Counter
 	saved := s.Observe
 	if sp.Mode != Dense && !sp.Mode.PerToken() {
@@ -86,20 +94,17 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	if sp.Mode.PerToken() {
 		s.startCalib()
 	}
-	start := time.Now()
-	logits, err := s.Forward(prompt, false)
+	_, err := s.Forward(prompt, false)
 	s.Observe = saved
 	calib := s.calib
 	s.calib = nil // decode adds nothing
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	res.PrefillSeconds = time.Since(start).Seconds()
-	res.PrefillTokensPerS = float64(len(prompt)) / res.PrefillSeconds
 	N := s.m.Config.Intermediate
+	computed := make([]int, 0, len(s.m.Layers))
 	for i := range s.m.Layers {
 		f := &s.m.Layers[i].MLP
-		res.LoadedNeurons = append(res.LoadedNeurons, f.Kept())
 		if counter != nil && f.Sliced {
 			s.SetActive(i, ActiveSet(f, counter.Counts[i], sp, N))
 		}
@@ -107,75 +112,35 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 			s.setPerToken(i, RoundCount(sp.Phi, N), calib[i])
 		}
 		if k := s.perToken[i]; k > 0 {
-			res.ComputedNeurons = append(res.ComputedNeurons, k)
+			computed = append(computed, k)
 		} else if a := s.active[i]; a != nil {
-			res.ComputedNeurons = append(res.ComputedNeurons, len(a))
+			computed = append(computed, len(a))
 		} else {
-			res.ComputedNeurons = append(res.ComputedNeurons, f.Kept())
+			computed = append(computed, f.Kept())
 		}
 	}
-	sampler := opt.Sampler
-	if sampler == nil {
-		sampler = NewSampler(0, 0, 0, 0)
-	}
-	sampler.Start(prompt)
-	start = time.Now()
-	steps := 0
-	limit := MaxNewTokens(s.ctx, len(prompt), opt.MaxTokens)
-	for len(res.IDs) < limit {
-		if v := logits[0]; v != v || math.IsInf(float64(v), 0) {
-			return res, fmt.Errorf("generate: logits are not finite at position %d: the weights or the config hold NaN or Inf (check the file with sinf verify)", s.pos)
-		}
-		id := sampler.Sample(logits)
-		res.IDs = append(res.IDs, id)
-		if opt.OnToken != nil {
-			opt.OnToken(id)
-		}
-		if slices.Contains(opt.EOS, id) || len(res.IDs) == limit || (opt.Stop != nil && opt.Stop()) {
-			break
-		}
-		if logits, err = s.Forward([]int{id}, false); err != nil {
-			return res, err
-		}
-		steps++
-	}
-	res.DecodeSeconds = time.Since(start).Seconds()
-	if steps > 0 {
-		res.DecodeTokensPerS = float64(steps) / res.DecodeSeconds
-	}
-	return res, nil
+	return computed, nil
 }
 
-// Score returns the negative log-likelihood (natural log) of each token of
-// cont given the prompt and the tokens of cont before it: the prompt runs as
-// one prefill (which, in a sparse mode, fixes the active sets as Generate
-// does), then cont is fed one token at a time through decode (teacher
-// forcing). nll[i] = −log p(cont[i] | prompt, cont[:i]). The session must be
-// empty. Used for perplexity and log-likelihood evaluation.
-func (s *Session) Score(prompt, cont []int, sp Sparsity) ([]float64, error) {
-	if len(cont) == 0 {
-		return nil, nil
+func (d cpuDecoder) Decode(id int) error {
+	_, err := d.s.Forward([]int{id}, false)
+	return err
+}
+
+// Logits: the last token's logits, where Forward left them.
+func (d cpuDecoder) Logits() ([]float32, error) { return d.s.buf.logits[:d.s.m.Config.Vocab], nil }
+
+// Next: the argmax (sampler nil) or the sampler's pick from the last
+// logits, which must be finite.
+func (d cpuDecoder) Next(sampler *Sampler) (int, error) {
+	logits := d.s.buf.logits[:d.s.m.Config.Vocab]
+	if v := logits[0]; v != v || math.IsInf(float64(v), 0) {
+		return 0, fmt.Errorf("generate: logits are not finite at position %d: the weights or the config hold NaN or Inf (check the file with sinf verify)", d.s.pos)
 	}
-	var nll []float64
-	first := true
-	_, err := s.Generate(prompt, GenerateOptions{MaxTokens: 0, Sparsity: sp})
-	if err != nil {
-		return nil, err
+	if sampler == nil {
+		return Argmax(logits), nil
 	}
-	logits := s.buf.logits[:s.m.Config.Vocab]
-	for i, id := range cont {
-		if !first {
-			if logits, err = s.Forward(cont[i-1:i], false); err != nil {
-				return nil, err
-			}
-		}
-		first = false
-		if id < 0 || id >= len(logits) {
-			return nil, fmt.Errorf("score: token id %d outside [0, %d)", id, len(logits))
-		}
-		nll = append(nll, -LogSoftmaxAt(logits, id))
-	}
-	return nll, nil
+	return sampler.Sample(logits), nil
 }
 
 // LogSoftmaxAt returns log softmax(logits)[id], computed in float64.

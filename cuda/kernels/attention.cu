@@ -109,11 +109,11 @@ extern "C" int sinf_attention(sinf_ctx *c, sinf_dptr out, sinf_dptr q, sinf_dptr
 	const float scale = (float)(1.0 / sqrt((double)hd));
 	dim3 grid(heads, T);
 	if (hd % 4 == 0 && aligned16(kc))
-		attention_kernel<true><<<grid, 32 * kAttnWarps, 0, c->stream>>>(
+		SINF_LAUNCH(grid, 32 * kAttnWarps, 0, c->stream, attention_kernel<true>)(
 		    (float *)dp(out), (const float *)dp(q), (const float *)dp(kc), (const float *)dp(vc), pos0, heads, kv_heads,
 		    hd, scale);
 	else
-		attention_kernel<false><<<grid, 32 * kAttnWarps, 0, c->stream>>>(
+		SINF_LAUNCH(grid, 32 * kAttnWarps, 0, c->stream, attention_kernel<false>)(
 		    (float *)dp(out), (const float *)dp(q), (const float *)dp(kc), (const float *)dp(vc), pos0, heads, kv_heads,
 		    hd, scale);
 	return sinf_launch_rc();

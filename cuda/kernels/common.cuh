@@ -14,6 +14,18 @@
 
 #include "../sinfcuda.h"
 
+// SINF_LAUNCH(grid, block, shared bytes, stream, kernel)(args...) launches
+// kernel: kernel<<<grid, block, shared bytes, stream>>>(args...) under nvcc,
+// the CPU emulator's launcher when the kernels are compiled as host C++
+// against cuda/emu (make cuda-emu), whose cuda_runtime.h defines
+// SINF_CUDA_EMU. The kernel comes last so that a template's commas need no
+// parentheses.
+#ifdef SINF_CUDA_EMU
+#define SINF_LAUNCH(grid, block, shmem, stream, ...) SINF_EMU_LAUNCH(grid, block, shmem, stream, __VA_ARGS__)
+#else
+#define SINF_LAUNCH(grid, block, shmem, stream, ...) __VA_ARGS__<<<grid, block, shmem, stream>>>
+#endif
+
 struct sinf_ctx {
 	int device;
 	cudaStream_t stream;

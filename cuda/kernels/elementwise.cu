@@ -94,7 +94,7 @@ __global__ void argmax_kernel(int32_t *__restrict__ out, const float *__restrict
 extern "C" int sinf_rmsnorm(sinf_ctx *c, sinf_dptr dst, sinf_dptr x, sinf_dptr w, int T, int H, double eps) {
 	cudaSetDevice(c->device);
 	if (T <= 0) return 0;
-	rmsnorm_kernel<<<T, 256, 0, c->stream>>>((float *)dp(dst), (const float *)dp(x), (const float *)dp(w), H, eps);
+	SINF_LAUNCH(T, 256, 0, c->stream, rmsnorm_kernel)((float *)dp(dst), (const float *)dp(x), (const float *)dp(w), H, eps);
 	return sinf_launch_rc();
 }
 
@@ -103,7 +103,7 @@ extern "C" int sinf_rope(sinf_ctx *c, sinf_dptr x, sinf_dptr cosT, sinf_dptr sin
 	cudaSetDevice(c->device);
 	const long long n = (long long)T * heads * (hd / 2);
 	if (n <= 0) return 0;
-	rope_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>((float *)dp(x), (const float *)dp(cosT),
+	SINF_LAUNCH((unsigned)((n + 255) / 256), 256, 0, c->stream, rope_kernel)((float *)dp(x), (const float *)dp(cosT),
 	                                                                (const float *)dp(sinT), pos0, T, heads, hd, stride);
 	return sinf_launch_rc();
 }
@@ -111,12 +111,12 @@ extern "C" int sinf_rope(sinf_ctx *c, sinf_dptr x, sinf_dptr cosT, sinf_dptr sin
 extern "C" int sinf_silu_mul(sinf_ctx *c, sinf_dptr g, sinf_dptr u, int n) {
 	cudaSetDevice(c->device);
 	if (n <= 0) return 0;
-	silu_mul_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((float *)dp(g), (const float *)dp(u), n);
+	SINF_LAUNCH((n + 255) / 256, 256, 0, c->stream, silu_mul_kernel)((float *)dp(g), (const float *)dp(u), n);
 	return sinf_launch_rc();
 }
 
 extern "C" int sinf_argmax(sinf_ctx *c, sinf_dptr out, sinf_dptr x, int n) {
 	cudaSetDevice(c->device);
-	argmax_kernel<<<1, 1024, 0, c->stream>>>((int32_t *)dp(out), (const float *)dp(x), n);
+	SINF_LAUNCH(1, 1024, 0, c->stream, argmax_kernel)((int32_t *)dp(out), (const float *)dp(x), n);
 	return sinf_launch_rc();
 }

@@ -106,13 +106,13 @@ extern "C" int sinf_gemm(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr x, in
 		                              CUBLAS_GEMM_DEFAULT));
 		if (rc != 0 || !bias) return rc;
 		const size_t total = (size_t)M * N;
-		add_bias_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>((float *)dp(dst), (const float *)dp(bias), M,
+		SINF_LAUNCH((unsigned)((total + 255) / 256), 256, 0, c->stream, add_bias_kernel)((float *)dp(dst), (const float *)dp(bias), M,
 		                                                                         N);
 		return sinf_launch_rc();
 	}
 #endif
 	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
-	SINF_DISPATCH(w.dtype, gemm_kernel<W, true><<<grid, kGemmThreads, 0, c->stream>>>(
+	SINF_DISPATCH(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, true>)(
 	                           (float *)dp(dst), (const float *)dp(x), (const W *)dp(w.data), M, N, K,
 	                           (const float *)dp(bias), accumulate));
 	return sinf_launch_rc();
@@ -133,7 +133,7 @@ extern "C" int sinf_gemm_rows_t(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dpt
 	}
 #endif
 	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
-	SINF_DISPATCH(w.dtype, gemm_kernel<W, false><<<grid, kGemmThreads, 0, c->stream>>>(
+	SINF_DISPATCH(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, false>)(
 	                           (float *)dp(dst), (const float *)dp(a), (const W *)dp(w.data), M, N, K, nullptr,
 	                           accumulate));
 	return sinf_launch_rc();

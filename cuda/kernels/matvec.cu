@@ -157,7 +157,7 @@ extern "C" int sinf_embed(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr ids,
 	cudaSetDevice(c->device);
 	if (T <= 0) return 0;
 	dim3 grid((w.cols + 255) / 256, T);
-	SINF_DISPATCH(w.dtype, (embed_kernel<W><<<grid, 256, 0, c->stream>>>((float *)dp(dst), (const W *)dp(w.data), w.cols,
+	SINF_DISPATCH(w.dtype, (SINF_LAUNCH(grid, 256, 0, c->stream, embed_kernel<W>)((float *)dp(dst), (const W *)dp(w.data), w.cols,
 	                                                                     (const int32_t *)dp(ids), id0)));
 	return sinf_launch_rc();
 }
@@ -169,11 +169,11 @@ extern "C" int sinf_matvec(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr row
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
 	SINF_DISPATCH(w.dtype, {
 		if (vec_ok<W>(w, x))
-			matvec_kernel<W, true><<<blocks, 32 * kMatvecWarps, 0, c->stream>>>(
+			SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, matvec_kernel<W, true>)(
 			    (float *)dp(dst), (const W *)dp(w.data), w.cols, (const int32_t *)dp(rows), n, (const float *)dp(x),
 			    (const float *)dp(bias), accumulate);
 		else
-			matvec_kernel<W, false><<<blocks, 32 * kMatvecWarps, 0, c->stream>>>(
+			SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, matvec_kernel<W, false>)(
 			    (float *)dp(dst), (const W *)dp(w.data), w.cols, (const int32_t *)dp(rows), n, (const float *)dp(x),
 			    (const float *)dp(bias), accumulate);
 	});
@@ -187,11 +187,11 @@ extern "C" int sinf_gate_up(sinf_ctx *c, sinf_dptr dst, sinf_mat g, sinf_mat u, 
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
 	SINF_DISPATCH(g.dtype, {
 		if (vec_ok<W>(g, x) && vec_ok<W>(u, 0))
-			gate_up_kernel<W, true><<<blocks, 32 * kMatvecWarps, 0, c->stream>>>(
+			SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, gate_up_kernel<W, true>)(
 			    (float *)dp(dst), (const W *)dp(g.data), (const W *)dp(u.data), g.cols, (const int32_t *)dp(rows), n,
 			    (const float *)dp(x));
 		else
-			gate_up_kernel<W, false><<<blocks, 32 * kMatvecWarps, 0, c->stream>>>(
+			SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, gate_up_kernel<W, false>)(
 			    (float *)dp(dst), (const W *)dp(g.data), (const W *)dp(u.data), g.cols, (const int32_t *)dp(rows), n,
 			    (const float *)dp(x));
 	});
@@ -225,13 +225,13 @@ extern "C" int sinf_add_rows(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr r
 		if (e != cudaSuccess) return sinf_rc(e);
 		dim3 grid(colBlocks, splits);
 		if (vec)
-			add_rows_partial<W, true><<<grid, threads, 0, c->stream>>>(
+			SINF_LAUNCH(grid, threads, 0, c->stream, add_rows_partial<W, true>)(
 			    (float *)part, (const W *)dp(w.data), cols, (const int32_t *)dp(rows), n, (const float *)dp(a), per);
 		else
-			add_rows_partial<W, false><<<grid, threads, 0, c->stream>>>(
+			SINF_LAUNCH(grid, threads, 0, c->stream, add_rows_partial<W, false>)(
 			    (float *)part, (const W *)dp(w.data), cols, (const int32_t *)dp(rows), n, (const float *)dp(a), per);
 		if ((rc = sinf_launch_rc()) != 0) return rc;
-		add_rows_reduce<<<(cols + 255) / 256, 256, 0, c->stream>>>((float *)dp(dst), (const float *)part, splits, cols,
+		SINF_LAUNCH((cols + 255) / 256, 256, 0, c->stream, add_rows_reduce)((float *)dp(dst), (const float *)part, splits, cols,
 		                                                           accumulate);
 	});
 	return sinf_launch_rc();

@@ -182,7 +182,7 @@ __global__ void gather_silu_mul_kernel(float *__restrict__ h, const float *__res
 extern "C" int sinf_gate_score(sinf_ctx *c, sinf_dptr keys, sinf_dptr g, sinf_dptr w, int n) {
 	cudaSetDevice(c->device);
 	if (n <= 0) return 0;
-	gate_score_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((unsigned int *)dp(keys), (const float *)dp(g),
+	SINF_LAUNCH((n + 255) / 256, 256, 0, c->stream, gate_score_kernel)((unsigned int *)dp(keys), (const float *)dp(g),
 	                                                          (const float *)dp(w), n);
 	return sinf_launch_rc();
 }
@@ -190,7 +190,7 @@ extern "C" int sinf_gate_score(sinf_ctx *c, sinf_dptr keys, sinf_dptr g, sinf_dp
 extern "C" int sinf_gate_calib(sinf_ctx *c, sinf_dptr A, sinf_dptr S, sinf_dptr a, sinf_dptr u, int T, int kept) {
 	cudaSetDevice(c->device);
 	if (T <= 0 || kept <= 0) return 0;
-	gate_calib_kernel<<<(kept + 255) / 256, 256, 0, c->stream>>>((double *)dp(A), (double *)dp(S), (const float *)dp(a),
+	SINF_LAUNCH((kept + 255) / 256, 256, 0, c->stream, gate_calib_kernel)((double *)dp(A), (double *)dp(S), (const float *)dp(a),
 	                                                             (const float *)dp(u), T, kept);
 	return sinf_launch_rc();
 }
@@ -199,7 +199,7 @@ extern "C" int sinf_gate_weights(sinf_ctx *c, sinf_dptr w, sinf_dptr A, sinf_dpt
                                  int n) {
 	cudaSetDevice(c->device);
 	if (n <= 0) return 0;
-	gate_weights_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((float *)dp(w), (const double *)dp(A),
+	SINF_LAUNCH((n + 255) / 256, 256, 0, c->stream, gate_weights_kernel)((float *)dp(w), (const double *)dp(A),
 	                                                            (const double *)dp(S), (const float *)dp(up),
 	                                                            (const float *)dp(down), n);
 	return sinf_launch_rc();
@@ -208,7 +208,7 @@ extern "C" int sinf_gate_weights(sinf_ctx *c, sinf_dptr w, sinf_dptr A, sinf_dpt
 extern "C" int sinf_gather_silu_mul(sinf_ctx *c, sinf_dptr h, sinf_dptr g, sinf_dptr rows, sinf_dptr u, int n) {
 	cudaSetDevice(c->device);
 	if (n <= 0) return 0;
-	gather_silu_mul_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>((float *)dp(h), (const float *)dp(g),
+	SINF_LAUNCH((n + 255) / 256, 256, 0, c->stream, gather_silu_mul_kernel)((float *)dp(h), (const float *)dp(g),
 	                                                               (const int32_t *)dp(rows), (const float *)dp(u), n);
 	return sinf_launch_rc();
 }
@@ -216,7 +216,7 @@ extern "C" int sinf_gather_silu_mul(sinf_ctx *c, sinf_dptr h, sinf_dptr g, sinf_
 extern "C" int sinf_count_top(sinf_ctx *c, sinf_dptr counts, sinf_dptr act, int T, int kept, double alpha) {
 	cudaSetDevice(c->device);
 	if (T <= 0 || kept <= 0) return 0;
-	count_top_kernel<<<T, kSelectThreads, 0, c->stream>>>((int32_t *)dp(counts), (const float *)dp(act), kept, alpha);
+	SINF_LAUNCH(T, kSelectThreads, 0, c->stream, count_top_kernel)((int32_t *)dp(counts), (const float *)dp(act), kept, alpha);
 	return sinf_launch_rc();
 }
 
@@ -227,7 +227,7 @@ extern "C" int sinf_select_top(sinf_ctx *c, sinf_dptr rows, sinf_dptr counts, in
 	void *mark = nullptr;
 	cudaError_t e = sinf_scratch(c, (size_t)kept, &mark);
 	if (e != cudaSuccess) return sinf_rc(e);
-	select_top_kernel<<<1, kSelectThreads, 0, c->stream>>>((int32_t *)dp(rows), (const int32_t *)dp(counts),
+	SINF_LAUNCH(1, kSelectThreads, 0, c->stream, select_top_kernel)((int32_t *)dp(rows), (const int32_t *)dp(counts),
 	                                                       (unsigned char *)mark, kept, stat, target);
 	return sinf_launch_rc();
 }
