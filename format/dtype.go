@@ -122,6 +122,10 @@ func (d DType) Weight() bool { return d.info().weight }
 // Q5_1, Q4_K, Q5_K, Q6_K).
 func (d DType) Quantized() bool { e, _ := d.Block(); return e > 1 }
 
+// KQuant reports whether d is a K-quant dtype of 256-element super-blocks
+// (Q4_K, Q5_K, Q6_K; spec §5.3).
+func (d DType) KQuant() bool { e, _ := d.Block(); return e == SuperBlockElems }
+
 // RowBytes returns the bytes of n consecutive elements along the last
 // dimension: n·Size() for an element dtype, n/elems blocks for a block dtype.
 // It returns an error naming the dtype when n is not a whole number of

@@ -26,25 +26,51 @@ func Quantize(dst []byte, src []float32, d DType) ([]byte, error) {
 	if len(src)%e != 0 {
 		return dst, fmt.Errorf("%v: %d values are not a whole number of blocks of %d", d, len(src), e)
 	}
-	enc := quantizers[d]
 	for b := 0; b < len(src); b += e {
-		dst = enc(dst, src[b:b+e])
+		dst = quantizeBlock(dst, src[b:b+e], d)
 	}
 	return dst, nil
 }
 
-// quantizers and dequantizers are the per-dtype block codecs: one block of
-// the dtype's elements each.
-var (
-	quantizers = map[DType]func(dst []byte, x []float32) []byte{
-		Q8_0: quantizeQ8_0, Q4_0: quantizeQ4_0, Q5_0: quantizeQ5_0, Q5_1: quantizeQ5_1,
-		Q4_K: quantizeQ4_K, Q5_K: quantizeQ5_K, Q6_K: quantizeQ6_K,
+// quantizeBlock encodes one block of d (len(x) its elements).
+func quantizeBlock(dst []byte, x []float32, d DType) []byte {
+	switch d {
+	case Q8_0:
+		return quantizeQ8_0(dst, x)
+	case Q4_0:
+		return quantizeQ4_0(dst, x)
+	case Q5_0:
+		return quantizeQ5_0(dst, x)
+	case Q5_1:
+		return quantizeQ5_1(dst, x)
+	case Q4_K:
+		return quantizeQ4_K(dst, x)
+	case Q5_K:
+		return quantizeQ5_K(dst, x)
 	}
-	dequantizers = map[DType]func(out []float32, blk []byte){
-		Q8_0: dequantizeQ8_0, Q4_0: dequantizeQ4_0, Q5_0: dequantizeQ5_0, Q5_1: dequantizeQ5_1,
-		Q4_K: dequantizeQ4_K, Q5_K: dequantizeQ5_K, Q6_K: dequantizeQ6_K,
+	return quantizeQ6_K(dst, x)
+}
+
+// dequantizeBlock decodes one block of d. Direct calls (not a table of
+// functions) let the caller's buffers stay on its stack.
+func dequantizeBlock(out []float32, blk []byte, d DType) {
+	switch d {
+	case Q8_0:
+		dequantizeQ8_0(out, blk)
+	case Q4_0:
+		dequantizeQ4_0(out, blk)
+	case Q5_0:
+		dequantizeQ5_0(out, blk)
+	case Q5_1:
+		dequantizeQ5_1(out, blk)
+	case Q4_K:
+		dequantizeQ4_K(out, blk)
+	case Q5_K:
+		dequantizeQ5_K(out, blk)
+	case Q6_K:
+		dequantizeQ6_K(out, blk)
 	}
-)
+}
 
 // quantizeQ8_0 encodes one block: d = max|x|/127, q = round(x/d) (half away
 // from zero), computed as x·(1/d) as GGML does.
@@ -99,9 +125,8 @@ func Dequantize(dst []float32, src []byte, d DType) error {
 	if len(src)%bb != 0 || len(src)/bb*e != len(dst) {
 		return fmt.Errorf("%v: %d bytes do not hold %d values", d, len(src), len(dst))
 	}
-	dec := dequantizers[d]
 	for b := 0; b*bb < len(src); b++ {
-		dec(dst[b*e:(b+1)*e], src[b*bb:(b+1)*bb])
+		dequantizeBlock(dst[b*e:(b+1)*e], src[b*bb:(b+1)*bb], d)
 	}
 	return nil
 }

@@ -51,12 +51,12 @@ func NewMat(t format.Tensor) (Mat, error) {
 // Bytes returns the size of the matrix's data in bytes.
 func (m Mat) Bytes() int { return len(m.Data) }
 
-// RowBytes returns the size of one row in bytes (Cols/32 blocks for a block
-// dtype, whose Cols is a multiple of 32).
+// RowBytes returns the size of one row in bytes (Cols/B blocks for a block
+// dtype of B elements, whose Cols is a multiple of B).
 func (m Mat) RowBytes() int { return m.colBytes(m.Cols) }
 
-// colBytes returns the byte offset of column c (a multiple of 32 for a block
-// dtype) within a row: c elements, or c/32 blocks. It is 0 for the zero Mat.
+// colBytes returns the byte offset of column c (a multiple of the block for a
+// block dtype) within a row: c elements, or c/B blocks. It is 0 for the zero Mat.
 func (m Mat) colBytes(c int) int {
 	e, b := m.DType.Block()
 	if e == 0 {
@@ -87,9 +87,9 @@ func (m Mat) RowF32(dst []float32, r int) {
 		for i := range dst[:m.Cols] {
 			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 		}
-	case format.Q8_0, format.Q4_0:
-		if m.Cols > 0 {
-			active.qcvt[qIndex(m.DType)](&dst[0], unsafe.Pointer(&b[0]), m.Cols/format.BlockElems)
+	default: // the block dtypes
+		if q := qIndex(m.DType); m.Cols > 0 {
+			active.qcvt[q](&dst[0], unsafe.Pointer(&b[0]), m.Cols/qBlockElems[q])
 		}
 	}
 }
