@@ -116,25 +116,33 @@ func scaleMinK4(j int, q []byte) (sc, m uint8) {
 	return q[j+4]&0xF | q[j-4]>>6<<4, q[j+4]>>4 | q[j]>>6<<4
 }
 
-// dotK4 is the dot of a Q4_K (qh nil) or Q5_K block with x.
+// dotK4 is the dot of a Q4_K (qh nil) or Q5_K block with x: per group g
+// of 64 elements, the low nibbles of qs[32g:] pair with x block 2g and the
+// high ones with x block 2g+1 (array pointers keep the loops free of bounds
+// checks).
 func dotK4(blk, qh, qs []byte, qx []int8, xd, xsum []float32) float32 {
 	d, dmin := f16(blk), f16(blk[2:])
-	sc := blk[4:16]
+	sc := (*[12]byte)(blk[4:16])
+	xd, xsum = xd[:8], xsum[:8]
 	var s, sm float32
 	for g := range 4 {
+		q := (*[32]byte)(qs[32*g:])
+		x0, x1 := (*[32]int8)(qx[128*g:]), (*[32]int8)(qx[128*g+64:])
 		var s0, s1 int32
-		x0, x1 := qx[64*(2*g):][:32], qx[64*(2*g+1):][:32]
-		for l, v := range qs[32*g : 32*g+32] {
-			lo, hi := int32(v&15), int32(v>>4)
-			if qh != nil {
-				lo |= int32(qh[l]>>(2*g)&1) << 4
-				hi |= int32(qh[l]>>(2*g+1)&1) << 4
+		if qh == nil {
+			for l := range 32 {
+				s0 += int32(q[l]&15) * int32(x0[l])
+				s1 += int32(q[l]>>4) * int32(x1[l])
 			}
-			s0 += lo * int32(x0[l])
-			s1 += hi * int32(x1[l])
+		} else {
+			h := (*[32]byte)(qh)
+			for l := range 32 {
+				s0 += int32(q[l]&15|h[l]>>(2*g)&1<<4) * int32(x0[l])
+				s1 += int32(q[l]>>4|h[l]>>(2*g+1)&1<<4) * int32(x1[l])
+			}
 		}
-		c0, m0 := scaleMinK4(2*g, sc)
-		c1, m1 := scaleMinK4(2*g+1, sc)
+		c0, m0 := scaleMinK4(2*g, sc[:])
+		c1, m1 := scaleMinK4(2*g+1, sc[:])
 		s += float32(c0)*xd[2*g]*float32(s0) + float32(c1)*xd[2*g+1]*float32(s1)
 		sm += float32(m0)*xsum[2*g] + float32(m1)*xsum[2*g+1]
 	}
@@ -150,20 +158,27 @@ func dotQ5_K(blk []byte, qx []int8, xd, xsum []float32) float32 {
 }
 
 func dotQ6_K(blk []byte, qx []int8, xd, _ []float32) float32 {
-	ql, qh, sc := blk[:128], blk[128:192], blk[192:208]
+	sc := (*[16]byte)(blk[192:208])
+	xd = xd[:8]
 	var s float32
 	for h := range 2 {
-		// Element 128h + 32k + l: x block 4h + k, scale 8h + 2k + l/16.
-		var sums [8]int32
-		for l := range 32 {
-			a, b, hb := ql[64*h+l], ql[64*h+l+32], qh[32*h+l]
-			q := [4]int32{int32(a&15|hb&3<<4) - 32, int32(b&15|hb>>2&3<<4) - 32, int32(a>>4|hb>>4&3<<4) - 32, int32(b>>4|hb>>6&3<<4) - 32}
-			for k, v := range q {
-				sums[2*k+l/16] += v * int32(qx[64*(4*h+k)+l])
-			}
-		}
+		// Element 128h + 32k + l: x block 4h + k, scale 8h + 2k + l/16; its
+		// low nibble in ql[64h + 32(k&1) + l] (k ≥ 2: the high one), its top
+		// bits at 2k of qh[32h + l].
+		ql := (*[64]byte)(blk[64*h:])
+		qh := (*[32]byte)(blk[128+32*h:])
 		for k := range 4 {
-			s += xd[4*h+k] * (float32(int8(sc[8*h+2*k]))*float32(sums[2*k]) + float32(int8(sc[8*h+2*k+1]))*float32(sums[2*k+1]))
+			x := (*[32]int8)(qx[64*(4*h+k):])
+			lo := ql[32*(k&1):]
+			shift, hs := uint(4*(k>>1)), uint(2*k)
+			var s0, s1 int32
+			for l := range 16 {
+				s0 += (int32(lo[l]>>shift&15|qh[l]>>hs&3<<4) - 32) * int32(x[l])
+			}
+			for l := 16; l < 32; l++ {
+				s1 += (int32(lo[l]>>shift&15|qh[l]>>hs&3<<4) - 32) * int32(x[l])
+			}
+			s += xd[4*h+k] * (float32(int8(sc[8*h+2*k]))*float32(s0) + float32(int8(sc[8*h+2*k+1]))*float32(s1))
 		}
 	}
 	return f16(blk[208:]) * s
