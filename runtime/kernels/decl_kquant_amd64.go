@@ -12,4 +12,7 @@ var _ unsafe.Pointer
 func qdotRowsQ4_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 
 //go:noescape
+func qdotRowsQ5_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
 func qdotRowsQ6_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)

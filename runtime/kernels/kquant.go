@@ -10,7 +10,7 @@ import (
 // have forms for Q8_0 and Q4_0 only; fillPortableQ puts these in their
 // tables). Decode takes x as quantizeX leaves it, int8 blocks of 32 with a
 // float32 scale xd[b] and the block sum xd[nb32+b] = 8·d·Σq (AVX2 has a
-// form of Q4_K's, kquant_amd64.s): a weight block
+// form of the K-quants', kquant_amd64.s): a weight block
 // contributes its scale times the integer dot of its levels with the x
 // levels, minus (for the dtypes with a minimum) the minimum times x's block
 // sum, as GGML's vec_dot kernels do with Q8_K (whose x blocks are 256 long;

@@ -1,7 +1,7 @@
 // Package kernels holds the numeric kernels of the forward pass: dense and
 // gathered matrix-vector products for decode, matrix-matrix products for
 // prefill, and the neuron-row accumulation of the transposed down_proj. Weights
-// are stored F32, F16, BF16 or block-quantized Q8_0 and Q4_0 (little-endian,
+// are stored F32, F16, BF16 or block-quantized (Q8_0, Q4_0, Q5_0, Q5_1 and the K-quants; little-endian,
 // read in place from the mapped file; quant.go); activations and accumulation
 // are float32.
 //
@@ -29,14 +29,14 @@ type Mat struct {
 }
 
 // NewMat views a 2-D tensor as a Mat. It returns an error naming the tensor
-// when it is not 2-D, not a weight dtype (F32, F16, BF16, Q8_0, Q4_0), a block
+// when it is not 2-D, not a weight dtype (F32, F16, BF16 or a block dtype), a block
 // dtype's rows are not whole blocks, or its length disagrees with its shape.
 func NewMat(t format.Tensor) (Mat, error) {
 	if len(t.Shape) != 2 {
 		return Mat{}, fmt.Errorf("tensor %s: want 2 dimensions, found shape %v", t.Name, t.Shape)
 	}
 	if !t.DType.Weight() {
-		return Mat{}, fmt.Errorf("tensor %s: dtype %v is not a weight dtype (F32, F16, BF16, Q8_0, Q4_0)", t.Name, t.DType)
+		return Mat{}, fmt.Errorf("tensor %s: dtype %v is not a weight dtype (F32, F16, BF16 or a block dtype)", t.Name, t.DType)
 	}
 	rb, err := t.DType.RowBytes(t.Shape[1])
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
 // Shapes: dst [w.Rows], x [w.Cols]. Rows are split across the pool's workers.
-// For block-quantized w (Q8_0, Q4_0), x is first quantized to int8 blocks of
+// For block-quantized w (Q8_0, Q4_0, …, the K-quants), x is first quantized to int8 blocks of
 // 32 (quant.go, as GGML does), so each product also carries x's rounding: at
 // most max|x| of its block / 254 per element.
 func MatVec(p *Pool, dst []float32, w Mat, x []float32) {

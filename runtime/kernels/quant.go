@@ -8,7 +8,7 @@ import (
 	"github.com/selectinfer/sinf/format"
 )
 
-// Block-quantized weights (Q8_0, Q4_0; spec/sinf.md §5.2). A row of Cols
+// Block-quantized weights (Q8_0, Q4_0 here, the others in kquant.go; spec/sinf.md §5.2–5.3). A row of Cols
 // weights is Cols/32 blocks; the kernels take block counts, so there are no
 // tails. Decode dots (MatVec, MatVecRows) quantize x to int8 blocks once per
 // call, with a float32 scale per block, and multiply in integers, as GGML's

@@ -16,7 +16,8 @@ func kquantAMD64(g *gen) {
 	g.p("DATA kqMask20<>+24(SB)/8, $0x2020202020202020")
 	g.p("GLOBL kqMask20<>(SB), RODATA|NOPTR, $32")
 	g.p("")
-	qdotRowsQ4KAVX2(g)
+	qdotRowsK4AVX2(g, false)
+	qdotRowsK4AVX2(g, true)
 	qdotRowsQ6KAVX2(g)
 }
 
@@ -31,9 +32,14 @@ func kquantAMD64(g *gen) {
 // stack for broadcasts, and the minimum term Σ_j dmin·m_j·xsum_j goes into
 // its own accumulator; per group of 64 weights the low nibbles meet x block
 // 2g and the high ones 2g+1 through VPMADDUBSW / VPMADDWD, as qdotRows'
-// Q4_0 does. dst = Σ − (minimum term)/8.
-func qdotRowsQ4KAVX2(g *gen) {
-	name := "qdotRowsQ4_KAVX2"
+// Q4_0 does. dst = Σ − (minimum term)/8. With five, the Q5_K form (176-byte
+// blocks: qh[32] after the scales, then the nibbles): bit 2g of qh[l] is
+// bit 4 of the low nibble's weight l of group g, bit 2g+1 the high one's.
+func qdotRowsK4AVX2(g *gen, five bool) {
+	name, bb, qs := "qdotRowsQ4_KAVX2", 144, 16
+	if five {
+		name, bb, qs = "qdotRowsQ5_KAVX2", 176, 48
+	}
 	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
 	g.decl("")
 	g.p("TEXT ·%s(SB), NOSPLIT, $32-72", name)
@@ -46,8 +52,13 @@ func qdotRowsQ4KAVX2(g *gen) {
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("VPCMPEQW Y14, Y14, Y14") // int16 ones
 	g.i("VPSRLW $15, Y14, Y14")
-	qMasks(g, "R13") // Y13: bytes 0x0F (Y12 unused)
+	qMasks(g, "R13") // Y13: bytes 0x0F
 	g.i("VMOVDQU kqMask3f<>(SB), X15")
+	if five {
+		g.i("MOVL $0x01010101, R13")
+		g.i("VMOVD R13, X12")
+		g.i("VPBROADCASTD X12, Y12") // bytes 1
+	}
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
 	x86RowStart(g)
@@ -63,7 +74,7 @@ func qdotRowsQ4KAVX2(g *gen) {
 	g.i("TESTQ CX, CX")
 	g.i("JEQ sum")
 	g.p("block:")
-	for off := 0; off < 144; off += 64 {
+	for off := 0; off < bb; off += 64 {
 		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
 	}
 	g.i("MOVWLZX (R8)(AX*1), R13")
@@ -91,11 +102,26 @@ func qdotRowsQ4KAVX2(g *gen) {
 	g.i("VCVTDQ2PS Y8, Y8")
 	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
 	g.i("VFMADD231PS Y8, Y6, Y1") // += dmin·m_j·xsum_j
+	if five {
+		g.i("VMOVDQU 16(R8)(AX*1), Y10") // qh
+	}
 	for gr := 0; gr < 4; gr++ {
-		g.i("VMOVDQU %d(R8)(AX*1), Y2", 16+32*gr)
+		g.i("VMOVDQU %d(R8)(AX*1), Y2", qs+32*gr)
 		g.i("VPAND Y13, Y2, Y3")
 		g.i("VPSRLW $4, Y2, Y4")
 		g.i("VPAND Y13, Y4, Y4")
+		if five {
+			for h, y := range []int{3, 4} {
+				if sh := 2*gr + h; sh > 0 {
+					g.i("VPSRLW $%d, Y10, Y11", sh)
+					g.i("VPAND Y12, Y11, Y11")
+				} else {
+					g.i("VPAND Y12, Y10, Y11")
+				}
+				g.i("VPSLLW $4, Y11, Y11")
+				g.i("VPOR Y11, Y%d, Y%d", y, y)
+			}
+		}
 		for h, y := range []int{3, 4} {
 			xb := 2*gr + h
 			g.i("VPMADDUBSW %d(SI), Y%d, Y%d", 64*xb, y, y)
@@ -106,7 +132,7 @@ func qdotRowsQ4KAVX2(g *gen) {
 			g.i("VFMADD231PS %d(SI), Y%d, Y0", 64*xb+32, y) // · d_x
 		}
 	}
-	g.i("ADDQ $144, AX")
+	g.i("ADDQ $%d, AX", bb)
 	g.i("ADDQ $512, SI")
 	g.i("ADDQ $32, R15")
 	g.i("DECQ CX")
