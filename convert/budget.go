@@ -63,7 +63,8 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 	if err != nil {
 		return Plan{}, err
 	}
-	var nonFFN, ffnLayer int64
+	var nonFFN int64
+	ffnLayer := make([]int64, cfg.Layers) // each whole FFN layer's stored bytes
 	tied := tiedHead(ck)
 	for _, n := range ck.Names() {
 		if n == "lm_head.weight" && tied {
@@ -72,32 +73,44 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 		t, _ := ck.Tensor(n)
 		b := int64(len(t.Data))
 		if opt.DType != 0 {
-			b = storedBytes(t, opt, tied)
+			b = storedBytes(t, opt, tied, cfg.Layers)
 		}
 		if l, part := ffnPart(n); part != "" {
-			if l == 0 {
-				ffnLayer += b
+			if l >= 0 && l < cfg.Layers {
+				ffnLayer[l] += b
 			}
 			continue
 		}
 		nonFFN += b + 64
 	}
 	N := int64(cfg.Intermediate)
-	// A sliced layer stores three rows of hidden weights per kept neuron.
+	// A sliced layer stores three rows of hidden weights per kept neuron:
+	// gate_proj and up_proj in the FFN dtype, down_proj.weight_t in it or,
+	// in a K-quant mix, its own (slicedDTypes).
 	ffnDType := opt.DType
 	if ffnDType == 0 {
 		if t, err := ck.Tensor("model.layers.0.mlp.gate_proj.weight"); err == nil {
 			ffnDType = t.DType
 		}
 	}
-	row, err := ffnDType.RowBytes(cfg.Hidden)
-	if err != nil {
-		row = int(ffnLayer / (3 * N)) // the layer's own bytes per neuron
-	}
 	kept := int64(runtime.RoundCount(gamma, cfg.Intermediate))
-	sliced := int64(hi - lo)
-	file := nonFFN + int64(cfg.Layers)*3*64 + metadataBytes(ck) +
-		(int64(cfg.Layers)-sliced)*ffnLayer + sliced*(kept*3*int64(row)+kept*4+64)
+	file := nonFFN + int64(cfg.Layers)*3*64 + metadataBytes(ck)
+	for l := range cfg.Layers {
+		if l < lo || l >= hi {
+			file += ffnLayer[l]
+			continue
+		}
+		gu, dt := ffnDType, ffnDType
+		if ffnDType.KQuant() {
+			gu, dt, _, _ = slicedDTypes(opt, l, cfg.Hidden, cfg.Layers)
+		}
+		rowGU, err1 := gu.RowBytes(cfg.Hidden)
+		rowD, err2 := dt.RowBytes(cfg.Hidden)
+		if err1 != nil || err2 != nil {
+			rowGU, rowD = int(ffnLayer[l]/(3*N)), int(ffnLayer[l]/(3*N)) // the layer's own bytes per neuron
+		}
+		file += kept*int64(2*rowGU+rowD) + kept*4 + 64
+	}
 	ctx := min(context, cfg.MaxPositions)
 	mem := runtime.EstimateMemory(cfg, file, embeddedBytes(ck, "tokenizer.json"), ctx, ctx, kernels.DefaultThreads())
 	return Plan{Gamma: gamma, FileBytes: file, KVBytes: mem.KV, RuntimeBytes: mem.Total() - file - mem.KV, Memory: mem}, nil
@@ -128,8 +141,8 @@ func ChooseGamma(ck *hf.Checkpoint, opt Options, budget int64, context int) (Pla
 }
 
 // storedBytes is the size of tensor t once converted with opt (StoredDType).
-func storedBytes(t format.Tensor, opt Options, tiedHead bool) int64 {
-	dt, _ := StoredDType(t, opt.DType, opt, tiedHead)
+func storedBytes(t format.Tensor, opt Options, tiedHead bool, layers int) int64 {
+	dt, _ := StoredDType(t, opt.DType, opt, tiedHead, layers)
 	if len(t.Shape) == 0 {
 		return int64(dt.Size())
 	}

@@ -31,6 +31,7 @@ type Options struct {
 	FirstLayer, LastLayer int          // layer range flags (see ResolveRange)
 	ExplicitRange         bool         // the range was given by the user
 	DType                 format.DType // stored weight dtype (0: the checkpoint's); see StoredDType
+	Mix                   bool         // with DType Q4_K or Q5_K: llama-quantize's Q4_K_M / Q5_K_M mix (kquant.go)
 	HeadDType             format.DType // lm_head, or the tied embedding (0: StoredDType's default)
 	EmbedDType            format.DType // an untied model.embed_tokens (0: StoredDType's default)
 	Random                bool         // keep a random γ·N (no scores needed)
@@ -178,6 +179,11 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		}
 	}
 	meta.DType = dtype
+	if dtype.KQuant() {
+		// The sliced layers' gate_proj and up_proj dtype: the target, or its
+		// fallback when hidden is not whole super-blocks.
+		meta.DType, _, _, _ = slicedDTypes(opt, 0, H, cfg.Layers)
+	}
 	for _, n := range ck.Names() {
 		t, _ := ck.Tensor(n)
 		meta.Provenance.SourceBytes += int64(len(t.Data))
@@ -209,12 +215,23 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		k, sliced := kept[layer]
 		switch {
 		case sliced && part != "":
-			if err := writeSliced(w, t, part, k, N, H, dtype, &rep.StoredParams); err != nil {
+			sdt := dtype
+			if dtype.KQuant() {
+				gu, dt, whyGU, whyD := slicedDTypes(opt, layer, H, cfg.Layers)
+				why := whyGU
+				if sdt = gu; part == "down" {
+					sdt, why = dt, whyD
+				}
+				if why != "" {
+					rep.Fallbacks = append(rep.Fallbacks, why)
+				}
+			}
+			if err := writeSliced(w, t, part, k, N, H, sdt, &rep.StoredParams); err != nil {
 				return nil, err
 			}
 		default:
 			rep.StoredParams += int64(t.Elems())
-			dt, why := StoredDType(t, dtype, opt, tiedHead(ck))
+			dt, why := StoredDType(t, dtype, opt, tiedHead(ck), cfg.Layers)
 			if why != "" {
 				rep.Fallbacks = append(rep.Fallbacks, why)
 			}
@@ -407,18 +424,22 @@ func tiedHead(ck *hf.Checkpoint) bool {
 }
 
 // StoredDType returns the dtype a whole (not sliced) tensor t is stored in
-// when the target dtype is target, and why, when that is not what was asked
-// for. Non-float tensors keep their dtype. With an element target (F32, F16,
-// BF16) every float tensor takes it. With a block target (Q8_0, Q4_0) the
+// when the target dtype is target, in a model of layers layers, and why,
+// when that is not what was asked for. Non-float tensors keep their dtype.
+// With an element target (F32, F16, BF16) every float tensor takes it. With
+// a K-quant target (Q4_K, Q5_K, Q6_K; opt.Mix for the _M mixes) the dtype is
+// llama-quantize's for that recipe (kquant.go, spec §5.3), its fallbacks for
+// rows that are not whole super-blocks included. With Q5_0 or Q5_1 every
+// matrix takes it. With a block target (Q8_0, Q4_0) the
 // default is what llama.cpp's llama-quantize gives for the same type
 // (llama_tensor_get_type, without an importance matrix): 1-D tensors (norms,
 // biases) stay F32; every matrix takes the target, except that the output
 // projection (lm_head, or the embedding of a tied model, tiedHead) of a
-// Q4_0 file is Q8_0, where llama-quantize would write Q6_K, a dtype sinf
-// does not have. opt.HeadDType and opt.EmbedDType (an untied embedding)
-// override that. A matrix whose rows are not whole blocks of 32 falls back
-// to F16, as llama-quantize does, and why says so.
-func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead bool) (dt format.DType, why string) {
+// Q4_0 file is Q8_0 (this format's Q4_0 recipe predates Q6_K; llama-quantize
+// writes Q6_K there). opt.HeadDType and opt.EmbedDType (an untied embedding)
+// override that. A matrix whose rows are not whole blocks falls back to F16,
+// as llama-quantize does, and why says so.
+func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead bool, layers int) (dt format.DType, why string) {
 	dt = outDType(t, target)
 	if !target.Quantized() || dt != target {
 		return dt, ""
@@ -427,6 +448,18 @@ func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead boo
 		return format.F32, ""
 	}
 	head := t.Name == "lm_head.weight" || tiedHead && t.Name == "model.embed_tokens.weight"
+	if target.KQuant() {
+		dt = kquantDType(t.Name, t.Shape, target, opt.Mix, head, layers)
+		switch {
+		case head && opt.HeadDType != 0:
+			dt = opt.HeadDType
+		case !head && t.Name == "model.embed_tokens.weight" && opt.EmbedDType != 0:
+			dt = opt.EmbedDType
+		}
+		if dt.KQuant() {
+			return kFallback(t.Name, t.Shape, dt)
+		}
+	}
 	switch {
 	case head && opt.HeadDType != 0:
 		dt = opt.HeadDType
@@ -436,7 +469,8 @@ func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead boo
 		dt = opt.EmbedDType
 	}
 	if _, err := dt.RowBytes(t.Shape[len(t.Shape)-1]); err != nil {
-		return format.F16, fmt.Sprintf("%s %v: rows of %d are not whole %v blocks of %d, stored F16", t.Name, t.Shape, t.Shape[len(t.Shape)-1], dt, format.BlockElems)
+		e, _ := dt.Block()
+		return format.F16, fmt.Sprintf("%s %v: rows of %d are not whole %v blocks of %d, stored F16", t.Name, t.Shape, t.Shape[len(t.Shape)-1], dt, e)
 	}
 	return dt, ""
 }

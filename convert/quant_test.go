@@ -91,7 +91,7 @@ func TestQuantizeMatchesLlamaQuantize(t *testing.T) {
 		for _, file := range []format.DType{format.Q8_0, format.Q4_0} {
 			want, ok := g.want(t, name, file)
 			require.True(t, ok, "%s %v", name, file)
-			dt, why := convert.StoredDType(src, file, convert.Options{}, true)
+			dt, why := convert.StoredDType(src, file, convert.Options{}, true, cfg.Layers)
 			require.Empty(t, why)
 			require.Equal(t, want.Type, dt.String(), "%s in a %v file", name, file)
 			b, err := format.Quantize(nil, f, dt)

@@ -204,7 +204,7 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 }
 
 // quantizedWeights returns the dtype of the first block-quantized matrix of
-// m (Q8_0, Q4_0), which the CUDA kernels do not take.
+// m (Q8_0, Q4_0, Q5_0, Q5_1 or a K-quant), which the CUDA kernels do not take.
 func quantizedWeights(m *runtime.Model) (format.DType, bool) {
 	mats := []kernels.Mat{m.Embed, m.LMHead}
 	for i := range m.Layers {

@@ -192,8 +192,8 @@ func TestBadDirectory(t *testing.T) {
 			es[3].Name = es[1].Name
 			return es
 		}},
-		{"unknown dtype", `"model.norm.weight" dtype`, "unknown dtype code 9", func(es []TensorInfo) []TensorInfo {
-			es[2].DType = 9
+		{"unknown dtype", `"model.norm.weight" dtype`, "unknown dtype code 13", func(es []TensorInfo) []TensorInfo {
+			es[2].DType = 13
 			return es
 		}},
 		{"block dtype, partial block", `"model.norm.weight" shape`, "13 is not a multiple of the Q8_0 block size 32", func(es []TensorInfo) []TensorInfo {
@@ -202,6 +202,14 @@ func TestBadDirectory(t *testing.T) {
 		}},
 		{"block dtype, length ≠ shape", `"model.norm.weight" length`, "holds 18", func(es []TensorInfo) []TensorInfo {
 			es[2].DType, es[2].Shape = Q4_0, []int{32}
+			return es
+		}},
+		{"K-quant, row not a multiple of 256", `"model.norm.weight" shape`, "32 is not a multiple of the Q4_K block size 256", func(es []TensorInfo) []TensorInfo {
+			es[2].DType, es[2].Shape = Q4_K, []int{32}
+			return es
+		}},
+		{"K-quant, length ≠ shape", `"model.norm.weight" length`, "holds 210", func(es []TensorInfo) []TensorInfo {
+			es[2].DType, es[2].Shape = Q6_K, []int{256}
 			return es
 		}},
 		{"block dtype, scalar", `"model.norm.weight" shape`, "at least one dimension", func(es []TensorInfo) []TensorInfo {

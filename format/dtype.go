@@ -35,60 +35,99 @@ const (
 	// 16 bytes whose low nibbles hold elements 0–15 and high nibbles 16–31,
 	// as unsigned q in 0–15; element = d·(q − 8).
 	Q4_0
+	// Q4_K is GGML's Q4_K super-block quantization (spec §5.3): each run of
+	// 256 elements is a 144-byte block of eight 32-element sub-blocks, each
+	// with a 6-bit scale and a 6-bit minimum; element = d·sc·q − dmin·m with
+	// q in 0–15.
+	Q4_K
+	// Q5_K is GGML's Q5_K (spec §5.3): Q4_K's scales with 5-bit q (the fifth
+	// bit in a 32-byte qh plane); 176 bytes per 256 elements.
+	Q5_K
+	// Q6_K is GGML's Q6_K (spec §5.3): 16 sub-blocks of 16 with an int8
+	// scale each and 6-bit q − 32; element = d·sc·(q − 32); 210 bytes per 256.
+	Q6_K
+	// Q5_0 is GGML's Q5_0 (spec §5.2): Q4_0 with a fifth bit per element in
+	// a 32-bit qh; element = d·(q − 16); 22 bytes per 32.
+	Q5_0
+	// Q5_1 is GGML's Q5_1 (spec §5.2): an F16 scale d and minimum m, 5-bit q;
+	// element = d·q + m; 24 bytes per 32.
+	Q5_1
 )
 
-// BlockElems is the number of elements in one block of a block-quantized
-// dtype (Q8_0, Q4_0), along a tensor's last dimension (spec §5.2).
+// BlockElems is the number of elements in one block of the 32-element block
+// dtypes (Q8_0, Q4_0, Q5_0, Q5_1), along a tensor's last dimension (spec
+// §5.2).
 const BlockElems = 32
+
+// SuperBlockElems is the number of elements in one super-block of the
+// K-quant dtypes (Q4_K, Q5_K, Q6_K; spec §5.3), GGML's QK_K.
+const SuperBlockElems = 256
+
+// dtypeInfo is one row of the dtype table: the name of spec §5.1, the
+// elements and bytes of one block (1 and the element size for the element
+// dtypes), and whether the dtype may store a weight matrix.
+type dtypeInfo struct {
+	name         string
+	elems, bytes int
+	weight       bool
+}
+
+// dtypes is the dtype table of spec §5.1, indexed by code; a new dtype is one
+// entry here (and its spec section), not a switch in every caller.
+var dtypes = [...]dtypeInfo{
+	F32:  {"F32", 1, 4, true},
+	F16:  {"F16", 1, 2, true},
+	BF16: {"BF16", 1, 2, true},
+	I32:  {"I32", 1, 4, false},
+	F64:  {"F64", 1, 8, false},
+	Q8_0: {"Q8_0", BlockElems, 34, true},
+	Q4_0: {"Q4_0", BlockElems, 18, true},
+	Q4_K: {"Q4_K", SuperBlockElems, 144, true},
+	Q5_K: {"Q5_K", SuperBlockElems, 176, true},
+	Q6_K: {"Q6_K", SuperBlockElems, 210, true},
+	Q5_0: {"Q5_0", BlockElems, 22, true},
+	Q5_1: {"Q5_1", BlockElems, 24, true},
+}
+
+func (d DType) info() dtypeInfo {
+	if int(d) < len(dtypes) {
+		return dtypes[d]
+	}
+	return dtypeInfo{}
+}
 
 // Size returns the size of one element in bytes: 0 for a block-quantized
 // dtype (whose sizes are per block, see Block) and for an unknown dtype.
 func (d DType) Size() int {
-	switch d {
-	case F32, I32:
-		return 4
-	case F16, BF16:
-		return 2
-	case F64:
-		return 8
+	if i := d.info(); i.elems == 1 {
+		return i.bytes
 	}
 	return 0
 }
 
-// Block returns the elements and bytes of one block: BlockElems and 34 for
-// Q8_0, BlockElems and 18 for Q4_0, and 1 and Size() for the element dtypes.
-// Both are 0 for an unknown dtype.
-func (d DType) Block() (elems, bytes int) {
-	switch d {
-	case Q8_0:
-		return BlockElems, 2 + BlockElems
-	case Q4_0:
-		return BlockElems, 2 + BlockElems/2
-	}
-	if s := d.Size(); s > 0 {
-		return 1, s
-	}
-	return 0, 0
-}
+// Block returns the elements and bytes of one block: 32 and 34 for Q8_0,
+// 32 and 18 for Q4_0, 32 and 22 for Q5_0, 32 and 24 for Q5_1, 256 and 144
+// for Q4_K, 256 and 176 for Q5_K, 256 and 210 for Q6_K, and 1 and Size()
+// for the element dtypes. Both are 0 for an unknown dtype.
+func (d DType) Block() (elems, bytes int) { i := d.info(); return i.elems, i.bytes }
 
 // Known reports whether d is a dtype code of spec §5.1.
 func (d DType) Known() bool { e, _ := d.Block(); return e > 0 }
 
-// Weight reports whether d can store a weight matrix: F32, F16, BF16, Q8_0
-// or Q4_0.
-func (d DType) Weight() bool {
-	switch d {
-	case F32, F16, BF16, Q8_0, Q4_0:
-		return true
-	}
-	return false
-}
+// Weight reports whether d can store a weight matrix: F32, F16, BF16 or a
+// block-quantized dtype.
+func (d DType) Weight() bool { return d.info().weight }
 
-// Quantized reports whether d is a block-quantized dtype (Q8_0, Q4_0).
+// Quantized reports whether d is a block-quantized dtype (Q8_0, Q4_0, Q5_0,
+// Q5_1, Q4_K, Q5_K, Q6_K).
 func (d DType) Quantized() bool { e, _ := d.Block(); return e > 1 }
 
+// KQuant reports whether d is a K-quant dtype of 256-element super-blocks
+// (Q4_K, Q5_K, Q6_K; spec §5.3).
+func (d DType) KQuant() bool { e, _ := d.Block(); return e == SuperBlockElems }
+
 // RowBytes returns the bytes of n consecutive elements along the last
-// dimension: n·Size() for an element dtype, n/32 blocks for a block dtype.
+// dimension: n·Size() for an element dtype, n/elems blocks for a block dtype.
 // It returns an error naming the dtype when n is not a whole number of
 // blocks (or negative) or d is unknown.
 func (d DType) RowBytes(n int) (int, error) {
@@ -104,47 +143,31 @@ func (d DType) RowBytes(n int) (int, error) {
 	return n / e * b, nil
 }
 
-// String returns the dtype's name as safetensors spells it ("F32", "BF16", ...).
+// String returns the dtype's name as spec §5.1 spells it ("F32", "BF16",
+// "Q4_K", ...).
 func (d DType) String() string {
-	switch d {
-	case F32:
-		return "F32"
-	case F16:
-		return "F16"
-	case BF16:
-		return "BF16"
-	case I32:
-		return "I32"
-	case F64:
-		return "F64"
-	case Q8_0:
-		return "Q8_0"
-	case Q4_0:
-		return "Q4_0"
+	if i := d.info(); i.name != "" {
+		return i.name
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
-// ParseDType parses a dtype name, case-insensitively ("f16", "BF16", ...).
-// It returns an error naming the value for anything else.
+// ParseDType parses a dtype name of spec §5.1, case-insensitively ("f16",
+// "BF16", "q4_k", ...). It returns an error naming the value for anything
+// else.
 func ParseDType(s string) (DType, error) {
-	switch strings.ToUpper(s) {
-	case "F32":
-		return F32, nil
-	case "F16":
-		return F16, nil
-	case "BF16":
-		return BF16, nil
-	case "I32":
-		return I32, nil
-	case "F64":
-		return F64, nil
-	case "Q8_0":
-		return Q8_0, nil
-	case "Q4_0":
-		return Q4_0, nil
+	u := strings.ToUpper(s)
+	var names []string
+	for c, i := range dtypes {
+		if i.name == "" {
+			continue
+		}
+		if i.name == u {
+			return DType(c), nil
+		}
+		names = append(names, i.name)
 	}
-	return 0, fmt.Errorf("unknown dtype %q (want F32, F16, BF16, I32, F64, Q8_0 or Q4_0)", s)
+	return 0, fmt.Errorf("unknown dtype %q (want %s)", s, strings.Join(names, ", "))
 }
 
 // F16ToF32 converts an IEEE-754 binary16 bit pattern to float32 exactly,

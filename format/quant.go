@@ -14,26 +14,62 @@ import (
 // to float32 on its own (explicit conversions keep the compiler from fusing a
 // multiply and an add), and the scale is rounded to F16 to nearest even.
 
-// Quantize appends the blocks of src (len a multiple of BlockElems) encoded as
-// the block dtype d (Q8_0 or Q4_0) to dst and returns it. It returns an error
-// for another dtype or a partial block.
+// Quantize appends the blocks of src encoded as the block dtype d to dst and
+// returns it; len(src) must be a whole number of d's blocks (32 elements, or
+// 256 for the K-quants of spec §5.3). It returns an error for another dtype
+// or a partial block.
 func Quantize(dst []byte, src []float32, d DType) ([]byte, error) {
-	if len(src)%BlockElems != 0 {
-		return dst, fmt.Errorf("%v: %d values are not a whole number of blocks of %d", d, len(src), BlockElems)
-	}
-	switch d {
-	case Q8_0:
-		for b := 0; b < len(src); b += BlockElems {
-			dst = quantizeQ8_0(dst, src[b:b+BlockElems])
-		}
-	case Q4_0:
-		for b := 0; b < len(src); b += BlockElems {
-			dst = quantizeQ4_0(dst, src[b:b+BlockElems])
-		}
-	default:
+	e, _ := d.Block()
+	if e <= 1 {
 		return dst, fmt.Errorf("dtype %v is not a block-quantized dtype", d)
 	}
+	if len(src)%e != 0 {
+		return dst, fmt.Errorf("%v: %d values are not a whole number of blocks of %d", d, len(src), e)
+	}
+	for b := 0; b < len(src); b += e {
+		dst = quantizeBlock(dst, src[b:b+e], d)
+	}
 	return dst, nil
+}
+
+// quantizeBlock encodes one block of d (len(x) its elements).
+func quantizeBlock(dst []byte, x []float32, d DType) []byte {
+	switch d {
+	case Q8_0:
+		return quantizeQ8_0(dst, x)
+	case Q4_0:
+		return quantizeQ4_0(dst, x)
+	case Q5_0:
+		return quantizeQ5_0(dst, x)
+	case Q5_1:
+		return quantizeQ5_1(dst, x)
+	case Q4_K:
+		return quantizeQ4_K(dst, x)
+	case Q5_K:
+		return quantizeQ5_K(dst, x)
+	}
+	return quantizeQ6_K(dst, x)
+}
+
+// dequantizeBlock decodes one block of d. Direct calls (not a table of
+// functions) let the caller's buffers stay on its stack.
+func dequantizeBlock(out []float32, blk []byte, d DType) {
+	switch d {
+	case Q8_0:
+		dequantizeQ8_0(out, blk)
+	case Q4_0:
+		dequantizeQ4_0(out, blk)
+	case Q5_0:
+		dequantizeQ5_0(out, blk)
+	case Q5_1:
+		dequantizeQ5_1(out, blk)
+	case Q4_K:
+		dequantizeQ4_K(out, blk)
+	case Q5_K:
+		dequantizeQ5_K(out, blk)
+	case Q6_K:
+		dequantizeQ6_K(out, blk)
+	}
 }
 
 // quantizeQ8_0 encodes one block: d = max|x|/127, q = round(x/d) (half away
@@ -78,29 +114,34 @@ func quantizeQ4_0(dst []byte, x []float32) []byte {
 	return dst
 }
 
-// Dequantize decodes the blocks of the block dtype d (Q8_0 or Q4_0) in src
-// into dst, 32 values per block; len(dst) must be the number of blocks × 32.
+// Dequantize decodes the blocks of the block dtype d in src into dst, one
+// block's elements (32, or 256 for a K-quant) per block; len(dst) must be the
+// number of blocks times that.
 func Dequantize(dst []float32, src []byte, d DType) error {
-	_, bb := d.Block()
-	if !d.Quantized() {
+	e, bb := d.Block()
+	if e <= 1 {
 		return fmt.Errorf("dtype %v is not a block-quantized dtype", d)
 	}
-	if len(src)%bb != 0 || len(src)/bb*BlockElems != len(dst) {
+	if len(src)%bb != 0 || len(src)/bb*e != len(dst) {
 		return fmt.Errorf("%v: %d bytes do not hold %d values", d, len(src), len(dst))
 	}
 	for b := 0; b*bb < len(src); b++ {
-		blk, out := src[b*bb:(b+1)*bb], dst[b*BlockElems:(b+1)*BlockElems]
-		scale := F16ToF32(binary.LittleEndian.Uint16(blk))
-		if d == Q8_0 {
-			for j, q := range blk[2:] {
-				out[j] = float32(int8(q)) * scale
-			}
-			continue
-		}
-		for j, q := range blk[2:] {
-			out[j] = float32(int(q&15)-8) * scale
-			out[j+BlockElems/2] = float32(int(q>>4)-8) * scale
-		}
+		dequantizeBlock(dst[b*e:(b+1)*e], src[b*bb:(b+1)*bb], d)
 	}
 	return nil
+}
+
+func dequantizeQ8_0(out []float32, blk []byte) {
+	scale := F16ToF32(binary.LittleEndian.Uint16(blk))
+	for j, q := range blk[2:34] {
+		out[j] = float32(int8(q)) * scale
+	}
+}
+
+func dequantizeQ4_0(out []float32, blk []byte) {
+	scale := F16ToF32(binary.LittleEndian.Uint16(blk))
+	for j, q := range blk[2:18] {
+		out[j] = float32(int(q&15)-8) * scale
+		out[j+BlockElems/2] = float32(int(q>>4)-8) * scale
+	}
 }

@@ -57,8 +57,9 @@ func ValidateIndexMap(idx []int32, n int) error {
 // ValidateSelection checks the sliced layout of a model file against its
 // metadata (spec §6): config.json's hidden_size, intermediate_size (N) and
 // num_hidden_layers; for every layer in the selection, gate_proj, up_proj and
-// down_proj.weight_t of shape [kept, hidden] and one weight dtype (metadata
-// dtype when set), no down_proj.weight, and a valid I32 [kept] neuron_index
+// down_proj.weight_t of shape [kept, hidden], gate_proj and up_proj of one
+// weight dtype (metadata dtype when set) and down_proj.weight_t of that or,
+// in a K-quant mix (spec §5.3), another weight dtype, no down_proj.weight, and a valid I32 [kept] neuron_index
 // (ValidateIndexMap); outside the range, no sliced tensors. It reads the
 // index maps (4·kept bytes per layer) but no weights. A file with no
 // selection passes. Errors are *FormatError naming the tensor.
@@ -105,9 +106,12 @@ func (f *File) ValidateSelection() error {
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q shape", name),
 					"%v, want [%d %d] ([kept, hidden_size])", t.Shape, l.Kept, cfg.Hidden)
 			}
+			// down_proj.weight_t may differ in a K-quant mix (spec §5.3).
+			mixed := name == DownTName(l.Layer)
 			switch {
 			case !t.DType.Weight():
-				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v is not a weight dtype (F32, F16, BF16, Q8_0, Q4_0)", t.DType)
+				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v is not a weight dtype (F32, F16, BF16 or a block dtype)", t.DType)
+			case mixed:
 			case f.meta.DType != 0 && t.DType != f.meta.DType:
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v, metadata dtype is %v", t.DType, f.meta.DType)
 			case dt != 0 && t.DType != dt:

@@ -88,7 +88,7 @@ func (t Tensor) I32s() ([]int32, error) {
 }
 
 // ToF32 decodes any float tensor (F32, F16, BF16, F64, and the block dtypes
-// Q8_0 and Q4_0, dequantized) into a new []float32.
+// Q8_0, Q4_0, Q5_0, Q5_1 and the K-quants, dequantized) into a new []float32.
 func (t Tensor) ToF32() ([]float32, error) {
 	n := t.Elems()
 	if t.DType.Quantized() {

@@ -19,7 +19,7 @@ func convertCommand() *cli.Command {
 		Name:  "convert",
 		Usage: "write a slim .sinf file keeping gamma·N FFN neurons per layer in range (base first)",
 		UsageText: "sinf convert --model DIR --task-scores FILE --model-scores FILE [--gamma 0.7] [--delta 0.3]\n" +
-			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0 [--head-dtype D] [--embed-dtype D]]\n" +
+			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q4_k|q5_k|q6_k [--head-dtype D] [--embed-dtype D]]\n" +
 			"   [--random [--seed S]]\n" +
 			"   [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
 		Flags: []cli.Flag{
@@ -31,8 +31,10 @@ func convertCommand() *cli.Command {
 			&cli.Float64Flag{Name: "delta", Value: d.Delta, Usage: "delta: fraction of N stored first as base (static) neurons"},
 			&cli.IntFlag{Name: "first-layer", Value: d.FirstLayer, Usage: "first sliced layer (negative: from the end)"},
 			&cli.IntFlag{Name: "last-layer", Value: d.LastLayer, Usage: "end of the sliced range, exclusive (≤ 0: from the end)"},
-			&cli.StringFlag{Name: "dtype", Usage: "stored weight dtype: f32, f16, bf16, or GGML's block quantizations q8_0 and q4_0 (default: the checkpoint's); " +
-				"with q8_0/q4_0, norms stay f32 and, as llama-quantize does, the output projection of a q4_0 file is stored higher (q8_0 here)"},
+			&cli.StringFlag{Name: "dtype", Usage: "stored weight dtype: f32, f16, bf16, or GGML's block quantizations q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, " +
+				"or llama-quantize's mixes q4_k_m and q5_k_m (default: the checkpoint's); with a block dtype norms stay f32 and, as llama-quantize does, " +
+				"the output projection of a q4_0 file is stored higher (q8_0 here); q4_k_m/q5_k_m follow llama-quantize's Q4_K_M/Q5_K_M rules " +
+				"(output projection, v_proj and down_proj of some layers Q6_K) and its fallbacks for rows that are not whole 256-blocks (spec §5.3)"},
 			&cli.StringFlag{Name: "head-dtype", Usage: "dtype of lm_head (or of the tied embedding), overriding the --dtype default"},
 			&cli.StringFlag{Name: "embed-dtype", Usage: "dtype of an untied model.embed_tokens, overriding the --dtype default"},
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
@@ -68,15 +70,20 @@ func convertCommand() *cli.Command {
 			for _, f := range []struct {
 				name string
 				dst  *format.DType
-			}{{"dtype", &opt.DType}, {"head-dtype", &opt.HeadDType}, {"embed-dtype", &opt.EmbedDType}} {
+			}{{"head-dtype", &opt.HeadDType}, {"embed-dtype", &opt.EmbedDType}} {
 				if s := c.String(f.name); s != "" {
 					if *f.dst, err = format.ParseDType(s); err != nil || !f.dst.Weight() {
-						return fmt.Errorf("--%s %q: want f32, f16, bf16, q8_0 or q4_0", f.name, s)
+						return fmt.Errorf("--%s %q: want f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k or q6_k", f.name, s)
 					}
 				}
 			}
+			if s := c.String("dtype"); s != "" {
+				if opt.DType, opt.Mix, err = convert.ParseRecipe(s); err != nil {
+					return fmt.Errorf("--dtype: %w", err)
+				}
+			}
 			if (opt.HeadDType != 0 || opt.EmbedDType != 0) && !opt.DType.Quantized() {
-				return errors.New("--head-dtype and --embed-dtype go with --dtype q8_0 or q4_0")
+				return errors.New("--head-dtype and --embed-dtype go with a block --dtype (q8_0, q4_0, q4_k_m, ...)")
 			}
 			if !opt.Random {
 				if c.String("task-scores") == "" || c.String("model-scores") == "" {

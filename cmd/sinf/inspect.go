@@ -34,6 +34,7 @@ type Anatomy struct {
 	ParamsOriginal int64               `json:"params_original"`
 	Selection      *format.Selection   `json:"selection,omitempty"`
 	BytesByKind    map[string]int64    `json:"bytes_by_kind"`
+	TensorsByDType map[string]int      `json:"tensors_by_dtype"` // a K-quant mix has several (--tensors lists each)
 	Provenance     format.Provenance   `json:"provenance"`
 	KVBytesPer1K   int64               `json:"kv_cache_bytes_per_1k_tokens"`
 	ExpectedMemory runtime.Memory      `json:"expected_memory"`
@@ -81,7 +82,7 @@ func anatomy(f *format.File) (*Anatomy, error) {
 	}
 	a := &Anatomy{Path: f.Path(), FileBytes: f.Size(), ModelType: cfg.ModelType, Layers: cfg.Layers,
 		Hidden: cfg.Hidden, Intermediate: cfg.Intermediate, Vocab: cfg.Vocab, DType: meta.DType.String(),
-		Selection: meta.Selection, BytesByKind: map[string]int64{}, Provenance: meta.Provenance, Tensors: f.Tensors()}
+		Selection: meta.Selection, BytesByKind: map[string]int64{}, TensorsByDType: map[string]int{}, Provenance: meta.Provenance, Tensors: f.Tensors()}
 	for _, t := range a.Tensors {
 		n := int64(1)
 		for _, d := range t.Shape {
@@ -89,6 +90,7 @@ func anatomy(f *format.File) (*Anatomy, error) {
 		}
 		kind := tensorKind(t.Name)
 		a.BytesByKind[kind] += int64(t.Length)
+		a.TensorsByDType[t.DType.String()]++
 		if kind != "index" {
 			a.ParamsStored += n
 		}
@@ -143,6 +145,12 @@ func printAnatomy(out io.Writer, a *Anatomy, tensors bool) {
 	for _, k := range kinds {
 		fmt.Fprintf(w, "bytes: %s\t%s\n", k, human(a.BytesByKind[k]))
 	}
+	dts := make([]string, 0, len(a.TensorsByDType))
+	for d, n := range a.TensorsByDType {
+		dts = append(dts, fmt.Sprintf("%s %d", d, n))
+	}
+	sort.Strings(dts)
+	fmt.Fprintf(w, "tensors by dtype\t%s\n", strings.Join(dts, ", "))
 	p := a.Provenance
 	fmt.Fprintf(w, "source\t%s %s\n", p.Source, p.SourceDigest)
 	for _, s := range []*format.ScoresRef{p.TaskScores, p.ModelScores} {

@@ -16,7 +16,6 @@ import (
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/eval"
 	"github.com/selectinfer/sinf/convert/synth"
-	"github.com/selectinfer/sinf/format"
 )
 
 func studyCommand() *cli.Command {
@@ -90,11 +89,11 @@ func studyCommand() *cli.Command {
 				if d = strings.TrimSpace(d); d == "" {
 					continue
 				}
-				dt, err := format.ParseDType(d)
-				if err != nil || !dt.Weight() {
-					return fmt.Errorf("--dtypes %q: want f32, f16, bf16, q8_0 or q4_0", d)
+				dt, mix, err := convert.ParseRecipe(d)
+				if err != nil {
+					return fmt.Errorf("--dtypes: %w", err)
 				}
-				opt.DTypes = append(opt.DTypes, dt) // Study drops repeats
+				opt.DTypes = append(opt.DTypes, convert.Recipe{DType: dt, Mix: mix}) // Study drops repeats
 			}
 			if !c.Bool("in-process") {
 				exe, err := os.Executable()

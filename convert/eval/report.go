@@ -177,7 +177,7 @@ func (s *study) writeReport() error {
 		for _, d := range o.DTypes {
 			names = append(names, d.String())
 		}
-		fmt.Fprintf(&b, "\nDense, %s: every neuron in a γ=1 file of that dtype (Q8_0, Q4_0: GGML's blocks, spec §5.2), run densely. The first three rows are the checkpoint's dtype.\n\n", strings.Join(names, " / "))
+		fmt.Fprintf(&b, "\nDense, %s: every neuron in a γ=1 file of that dtype (Q8_0, Q4_0, …: GGML's blocks, spec §5.2; Q4_K_M, Q5_K_M: llama-quantize's mixes, spec §5.3), run densely. The first three rows are the checkpoint's dtype.\n\n", strings.Join(names, " / "))
 	}
 
 	b.WriteString("## Peak memory (layout of the paper's Table 5)\n\n")

@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/selectinfer/sinf/convert"
@@ -79,7 +78,7 @@ type StudyOptions struct {
 	// rows of the dtype table (the layout of the paper's Table 4: γ-dense
 	// against quantized): dense (a γ=1 file in the dtype), γ-dense and
 	// SelectInfer (slim files in the dtype), on every task.
-	DTypes []format.DType
+	DTypes []convert.Recipe
 	// Mass adds the activation-mass report (Options.Mass) to every sparse
 	// run: slower, as those runs then compute every loaded neuron.
 	Mass bool
@@ -182,13 +181,13 @@ type fileSpec struct {
 	kind         string
 	gamma, delta float64
 	lo, hi       int
-	dtype        format.DType // 0: the checkpoint's
+	dtype        convert.Recipe // DType 0: the checkpoint's
 }
 
 func (f fileSpec) name() string {
 	var d string
-	if f.dtype != 0 {
-		d = "-" + dtypeID(f.dtype)
+	if f.dtype.DType != 0 {
+		d = "-" + f.dtype.ID()
 	}
 	switch f.kind {
 	case FileSlim:
@@ -289,7 +288,7 @@ func newStudy(opt StudyOptions) (*study, error) {
 	if opt.Runner == nil {
 		opt.Runner = InProcess
 	}
-	var dts []format.DType // without repeats: each dtype's rows once
+	var dts []convert.Recipe // without repeats: each dtype's rows once
 	for _, d := range opt.DTypes {
 		if !slices.Contains(dts, d) {
 			dts = append(dts, d)
@@ -373,8 +372,8 @@ var tableRows = []struct{ id, label string }{
 	{"gatefirst", "GateFirst"},
 }
 
-// dtypeID names a dtype in run IDs and file names ("q4_0").
-func dtypeID(d format.DType) string { return strings.ToLower(d.String()) }
+// dtypeID names a recipe in run IDs and file names ("q4_0", "q4_k_m").
+func dtypeID(d convert.Recipe) string { return d.ID() }
 
 // Rows of the dtype table, for each StudyOptions.DTypes entry.
 var dtypeRows = []struct {
@@ -709,7 +708,7 @@ func (s *study) ensure(fs fileSpec) error {
 		s.res.Runs = kept
 	}
 	opt := convert.Options{Gamma: fs.gamma, Delta: fs.delta, FirstLayer: fs.lo, LastLayer: fs.hi, ExplicitRange: true,
-		Random: fs.kind != FileSlim, Seed: s.opt.Seed, DType: fs.dtype}
+		Random: fs.kind != FileSlim, Seed: s.opt.Seed, DType: fs.dtype.DType, Mix: fs.dtype.Mix}
 	if fs.kind == FileSlim {
 		if err := s.readScores(); err != nil {
 			return err
@@ -829,7 +828,7 @@ func (s *study) check(path string, fs fileSpec) string {
 		return "another neuron choice"
 	case meta.Provenance.SourceDigest != s.sourceDigest():
 		return "converted from another checkpoint"
-	case fs.dtype != 0 && meta.DType != fs.dtype:
+	case fs.dtype.DType != 0 && meta.DType != fs.dtype.FFNDType(s.cfg.Hidden):
 		return "another dtype"
 	}
 	if fs.kind == FileSlim {

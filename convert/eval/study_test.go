@@ -253,7 +253,7 @@ func TestStudyBadInput(t *testing.T) {
 func TestStudyDTypes(t *testing.T) {
 	c := &counter{}
 	opt, _, _, out := studyOptions(t, c, []string{"tinystories"}, 4)
-	opt.NoSweeps, opt.DTypes = true, []format.DType{format.Q8_0, format.Q4_0, format.Q8_0} // a repeat is dropped
+	opt.NoSweeps, opt.DTypes = true, []convert.Recipe{{DType: format.Q8_0}, {DType: format.Q4_0}, {DType: format.Q8_0}} // a repeat is dropped
 	res, err := eval.Study(opt)
 	require.NoError(t, err)
 	ids := map[string]*eval.Run{}

@@ -141,6 +141,9 @@ func benchVec(n int) []float32 {
 func forBench(b *testing.B, shapes []benchShape, f func(b *testing.B, p *Pool, sh benchShape, d format.DType)) {
 	for _, sh := range shapes {
 		for _, d := range append(weightDTypes, quantDTypes...) {
+			if d.Quantized() && sh.cols%blockElems(d) != 0 {
+				continue // rows of 576 are no K-quant super-blocks
+			}
 			for _, th := range benchThreads {
 				b.Run(fmt.Sprintf("%s/%v/t%d", sh.name, d, th), func(b *testing.B) {
 					p := NewPool(th)

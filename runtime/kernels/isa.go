@@ -70,12 +70,12 @@ type kernelSet struct {
 	// over the nb blocks of row r, rows as in dotRows: the row's dot product
 	// with x quantized to int8 blocks by quantizeX (q_x[b] at xq + 64b; see
 	// there for the rest of the layout).
-	qdotRows [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+	qdotRows [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 	// qaxpy4 adds a0·w0 + a1·w1 + a2·w2 + a3·w3 to dst[:32·nb], prefetching
 	// the rows p0..p3 as it goes.
-	qaxpy4 [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+	qaxpy4 [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 	// qcvt dequantizes the nb blocks at src into dst[:32·nb].
-	qcvt [2]func(dst *float32, src unsafe.Pointer, nb int)
+	qcvt [nq]func(dst *float32, src unsafe.Pointer, nb int)
 	// quantizeX quantizes the 32·nb floats at x to int8 blocks as the
 	// portable quantizeX does, with the same results.
 	quantizeX func(xq *int8, xd *float32, x *float32, nb int)
@@ -118,10 +118,10 @@ var genericSet = &kernelSet{
 	readSum:   readSumGo,
 	swiglu:    swigluGo,
 	expSum:    expSumGo,
-	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0Go, qdotRowsQ4_0Go},
-	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},
+	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0Go, qdotRowsQ4_0Go},
+	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},
 	quantizeX: quantizeXGo,
-	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0Go, qaxpy4Q4_0Go},
+	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0Go, qaxpy4Q4_0Go},
 }
 
 // kernelSets lists the sets this CPU can run, the preferred one first and the

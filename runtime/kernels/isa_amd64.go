@@ -23,10 +23,10 @@ var avx2Set = &kernelSet{
 	readSum:   readSumAVX2,
 	swiglu:    swigluAVX2,
 	expSum:    expSumAVX2,
-	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
-	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
+	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
+	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
 	quantizeX: quantizeXAVX2,
-	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
+	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
 }
 
 var avx512Set = &kernelSet{
@@ -46,10 +46,10 @@ var avx512Set = &kernelSet{
 	expSum:    expSumAVX2,
 	// Block-quantized rows: the AVX2 kernels (one block of 32 weights a
 	// step; 512-bit forms unmeasured, as no AVX-512 machine was at hand).
-	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
-	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
+	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
+	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
 	quantizeX: quantizeXAVX2,
-	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
+	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
 }
 
 // archSets returns the SIMD sets this CPU supports, best first. AVX2 needs FMA

@@ -22,10 +22,10 @@ var neonSet = &kernelSet{
 	swiglu:    swigluNEON,
 	expSum:    expSumNEON,
 	// Block-quantized rows (quant.go); x is quantized by the portable code.
-	qdotRows:  [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0NEON, qdotRowsQ4_0NEON},
-	qcvt:      [2]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON},
+	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0NEON, qdotRowsQ4_0NEON},
+	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON},
 	quantizeX: quantizeXGo,
-	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON},
+	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON},
 }
 
 // qaxpy4 on NEON: four qaxpyRows rows (no four-row NEON form yet).

@@ -1,7 +1,7 @@
 // Package kernels holds the numeric kernels of the forward pass: dense and
 // gathered matrix-vector products for decode, matrix-matrix products for
 // prefill, and the neuron-row accumulation of the transposed down_proj. Weights
-// are stored F32, F16, BF16 or block-quantized Q8_0 and Q4_0 (little-endian,
+// are stored F32, F16, BF16 or block-quantized (Q8_0, Q4_0, Q5_0, Q5_1 and the K-quants; little-endian,
 // read in place from the mapped file; quant.go); activations and accumulation
 // are float32.
 //
@@ -29,14 +29,14 @@ type Mat struct {
 }
 
 // NewMat views a 2-D tensor as a Mat. It returns an error naming the tensor
-// when it is not 2-D, not a weight dtype (F32, F16, BF16, Q8_0, Q4_0), a block
+// when it is not 2-D, not a weight dtype (F32, F16, BF16 or a block dtype), a block
 // dtype's rows are not whole blocks, or its length disagrees with its shape.
 func NewMat(t format.Tensor) (Mat, error) {
 	if len(t.Shape) != 2 {
 		return Mat{}, fmt.Errorf("tensor %s: want 2 dimensions, found shape %v", t.Name, t.Shape)
 	}
 	if !t.DType.Weight() {
-		return Mat{}, fmt.Errorf("tensor %s: dtype %v is not a weight dtype (F32, F16, BF16, Q8_0, Q4_0)", t.Name, t.DType)
+		return Mat{}, fmt.Errorf("tensor %s: dtype %v is not a weight dtype (F32, F16, BF16 or a block dtype)", t.Name, t.DType)
 	}
 	rb, err := t.DType.RowBytes(t.Shape[1])
 	if err != nil {
@@ -51,12 +51,12 @@ func NewMat(t format.Tensor) (Mat, error) {
 // Bytes returns the size of the matrix's data in bytes.
 func (m Mat) Bytes() int { return len(m.Data) }
 
-// RowBytes returns the size of one row in bytes (Cols/32 blocks for a block
-// dtype, whose Cols is a multiple of 32).
+// RowBytes returns the size of one row in bytes (Cols/B blocks for a block
+// dtype of B elements, whose Cols is a multiple of B).
 func (m Mat) RowBytes() int { return m.colBytes(m.Cols) }
 
-// colBytes returns the byte offset of column c (a multiple of 32 for a block
-// dtype) within a row: c elements, or c/32 blocks. It is 0 for the zero Mat.
+// colBytes returns the byte offset of column c (a multiple of the block for a
+// block dtype) within a row: c elements, or c/B blocks. It is 0 for the zero Mat.
 func (m Mat) colBytes(c int) int {
 	e, b := m.DType.Block()
 	if e == 0 {
@@ -87,9 +87,9 @@ func (m Mat) RowF32(dst []float32, r int) {
 		for i := range dst[:m.Cols] {
 			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 		}
-	case format.Q8_0, format.Q4_0:
-		if m.Cols > 0 {
-			active.qcvt[qIndex(m.DType)](&dst[0], unsafe.Pointer(&b[0]), m.Cols/format.BlockElems)
+	default: // the block dtypes
+		if q := qIndex(m.DType); m.Cols > 0 {
+			active.qcvt[q](&dst[0], unsafe.Pointer(&b[0]), m.Cols/qBlockElems[q])
 		}
 	}
 }

@@ -3,13 +3,11 @@ package kernels
 import (
 	"fmt"
 	"unsafe"
-
-	"github.com/selectinfer/sinf/format"
 )
 
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
 // Shapes: dst [w.Rows], x [w.Cols]. Rows are split across the pool's workers.
-// For block-quantized w (Q8_0, Q4_0), x is first quantized to int8 blocks of
+// For block-quantized w (Q8_0, Q4_0, …, the K-quants), x is first quantized to int8 blocks of
 // 32 (quant.go, as GGML does), so each product also carries x's rounding: at
 // most max|x| of its block / 254 per element.
 func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
@@ -121,7 +119,7 @@ func MatMulRowsT(p *Pool, dst []float32, w Mat, a []float32, T int) {
 func checkMat(w Mat) {
 	checkDType(w.DType)
 	if w.Rows < 0 || w.Cols < 0 || len(w.Data) < w.Rows*w.RowBytes() ||
-		w.DType.Quantized() && w.Cols%format.BlockElems != 0 {
+		w.DType.Quantized() && w.Cols%qBlockElems[qIndex(w.DType)] != 0 {
 		panic(fmt.Sprintf("kernels: %d bytes do not hold a [%d, %d] %v matrix", len(w.Data), w.Rows, w.Cols, w.DType))
 	}
 }
@@ -167,19 +165,24 @@ type job struct {
 // where it can: 16 elements for vector splits (columns, elements), so SIMD
 // column splits stay aligned, and for MatMulRowsT a whole number of gemmT
 // panels as well (48 columns for AVX2's 24); 1 for the others.
-// Block-quantized weights split columns at whole blocks (32) too: there the
-// pool keeps to the multiple always (see alignRequired).
+// Block-quantized weights split columns at whole blocks (32, or 256 for a
+// K-quant) too: there the pool keeps to the multiple always (see
+// alignRequired).
 func (j *job) colAlign() int {
 	q := j.w.DType.Quantized()
+	be := 1
+	if q {
+		be = qBlockElems[qIndex(j.w.DType)]
+	}
 	switch j.op {
 	case opAddRows, opSwiGLU:
 		if q && j.op == opAddRows {
-			return 32
+			return be
 		}
 		return 16
 	case opMatMulT:
 		a := 16
-		for a%j.ks.tc != 0 || q && a%32 != 0 {
+		for a%j.ks.tc != 0 || a%be != 0 {
 			a += 16
 		}
 		return a
@@ -568,9 +571,11 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 	// a time, to float32 in s.qw (their dtype index d is then F32's); the
 	// pool splits their columns at whole blocks and cb keeps to them too.
 	quant := w.DType.Quantized()
-	d, es := 0, 4
+	d, es, be := 0, 4, 1
 	if !quant {
 		d, es = dtIndex(w.DType), w.DType.Size()
+	} else {
+		be = qBlockElems[qIndex(w.DType)]
 	}
 	for t := 0; t < T; t++ {
 		clear(dst[t*C+lo : t*C+hi])
@@ -605,7 +610,7 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 	cb := min(hi-lo, max(tc, gemmPackBytes/(4*kc)/tc*tc))
 	if quant {
 		a := tc // a whole number of panels and of blocks
-		for a%32 != 0 {
+		for a%be != 0 {
 			a += tc
 		}
 		cb = min(hi-lo, max(a, cb/a*a))
@@ -645,7 +650,7 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 					pre = unsafe.Add(base, k*rb+w.colBytes(c1))
 				}
 				if quant {
-					ks.qcvt[qIndex(w.DType)](&s.qw[0], src, bw/32)
+					ks.qcvt[qIndex(w.DType)](&s.qw[0], src, bw/be)
 					src = unsafe.Pointer(&s.qw[0])
 				}
 				if full > 0 {
@@ -699,17 +704,18 @@ func rowRange(w Mat, rows []int32, lo, hi int) (unsafe.Pointer, *int32) {
 // qmatVecRange is matVecRange for block-quantized rows: x comes quantized
 // to int8 blocks (xq, xd), and the rows of [lo, hi) go in one call.
 func qmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, xd []float32, lo, hi int) {
-	nb, rb := w.Cols/format.BlockElems, w.RowBytes()
+	q := qIndex(w.DType)
+	nb, rb := w.Cols/qBlockElems[q], w.RowBytes()
 	if nb == 0 {
 		clear(dst[lo:hi])
 		return
 	}
 	base, idx := rowRange(w, rows, lo, hi)
-	ks.qdotRows[qIndex(w.DType)](base, rb, idx, &xq[0], &xd[0], nb, hi-lo, &dst[lo], dotRowsAhead)
+	ks.qdotRows[q](base, rb, idx, &xq[0], &xd[0], nb, hi-lo, &dst[lo], dotRowsAhead)
 }
 
 // qaccumRows adds Σ_j a[j]·row(j)[:len(dst)] to dst for rows of the block
-// dtype of q table index q (len(dst) a multiple of 32), row(j) at base +
+// dtype of q table index q (len(dst) a multiple of its block), row(j) at base +
 // r·stride bytes, r = rows[j] (rows nil: r = j), r < nrows. Terms with
 // a[j] == 0 are skipped. The rows go four at a time (qaxpy4), so dst is
 // loaded and stored once per four: hot in cache (256 rows of 2048, one
@@ -720,7 +726,7 @@ func qaccumRows(ks *kernelSet, q int, dst []float32, base unsafe.Pointer, stride
 	if len(dst) == 0 || len(a) == 0 {
 		return
 	}
-	nb := len(dst) / format.BlockElems
+	nb := len(dst) / qBlockElems[q]
 	// Groups of four through qaxpy4 (dst loaded and stored once per group);
 	// the last one to three terms too, padded with zero terms.
 	tg := termGroups{base: base, stride: stride, nrows: nrows, rows: rows, a: a}

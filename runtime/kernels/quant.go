@@ -8,7 +8,7 @@ import (
 	"github.com/selectinfer/sinf/format"
 )
 
-// Block-quantized weights (Q8_0, Q4_0; spec/sinf.md §5.2). A row of Cols
+// Block-quantized weights (Q8_0, Q4_0 here, the others in kquant.go; spec/sinf.md §5.2–5.3). A row of Cols
 // weights is Cols/32 blocks; the kernels take block counts, so there are no
 // tails. Decode dots (MatVec, MatVecRows) quantize x to int8 blocks once per
 // call, with a float32 scale per block, and multiply in integers, as GGML's
@@ -17,16 +17,32 @@ import (
 // MatMulRowsT) dequantizes blocks of them to float32 scratch once per call and
 // runs the float32 micro-kernels over them.
 
+// qDTypes are the block dtypes of the q tables' indices: the 32-element
+// blocks first (the ones with SIMD forms), then Q5_0/Q5_1 and the K-quants
+// (kquant.go).
+var qDTypes = [nq]format.DType{format.Q8_0, format.Q4_0, format.Q5_0, format.Q5_1, format.Q4_K, format.Q5_K, format.Q6_K}
+
+// nq is the number of block dtypes the kernels take.
+const nq = 7
+
 // qIndex maps a block dtype to its index in the kernel sets' q tables.
 func qIndex(d format.DType) int {
-	if d == format.Q4_0 {
-		return 1
+	for q, v := range qDTypes {
+		if v == d {
+			return q
+		}
 	}
-	return 0
+	panic("kernels: " + d.String() + " is not a block dtype the kernels take")
 }
 
-// qBlockBytes is the size of one block of q table index q.
-var qBlockBytes = [2]int{34, 18}
+// qBlockElems and qBlockBytes are the elements and bytes of one block of q
+// table index q.
+var qBlockElems, qBlockBytes = func() (e, b [nq]int) {
+	for q, d := range qDTypes {
+		e[q], b[q] = d.Block()
+	}
+	return
+}()
 
 // quantizeX quantizes x (len a multiple of 32) to int8 blocks: per block b,
 // d = max|x|/127, q = round(x/d) to nearest even, as GGML's AVX2
@@ -102,26 +118,25 @@ func qdotRowsQ4_0Go(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *floa
 	qdotRowsGo(1, w, stride, idx, xq, xd, nb, m, dst)
 }
 
-// qDTypes are the dtypes of the q tables' indices.
-var qDTypes = [2]format.DType{format.Q8_0, format.Q4_0}
-
-// qcvtGo dequantizes nb blocks of table index q at src into dst[:32·nb].
+// qcvtGo dequantizes nb blocks of table index q at src into
+// dst[:nb·qBlockElems[q]].
 func qcvtGo(q int, dst *float32, src unsafe.Pointer, nb int) {
 	if nb > 0 {
 		// Lengths agree by construction: the error cannot happen.
-		_ = format.Dequantize(xs(dst, 32*nb), unsafe.Slice((*byte)(src), nb*qBlockBytes[q]), qDTypes[q])
+		_ = format.Dequantize(xs(dst, qBlockElems[q]*nb), unsafe.Slice((*byte)(src), nb*qBlockBytes[q]), qDTypes[q])
 	}
 }
 
 func qcvtQ8_0Go(dst *float32, src unsafe.Pointer, nb int) { qcvtGo(0, dst, src, nb) }
 func qcvtQ4_0Go(dst *float32, src unsafe.Pointer, nb int) { qcvtGo(1, dst, src, nb) }
 
-// qaxpyRowsGo adds Σ_{j<m} a[j]·w_r to dst[:32·nb] (rows as in dotRows),
-// a block at a time through qcvtGo, skipping a[j] == 0.
+// qaxpyRowsGo adds Σ_{j<m} a[j]·w_r to dst[:nb·qBlockElems[q]] (rows as in
+// dotRows), a block at a time through qcvtGo, skipping a[j] == 0.
 func qaxpyRowsGo(q int, dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, nb, m int) {
-	bb := qBlockBytes[q]
-	d := xs(dst, 32*nb)
-	var blk [32]float32
+	bb, be := qBlockBytes[q], qBlockElems[q]
+	d := xs(dst, be*nb)
+	var buf [format.SuperBlockElems]float32
+	blk := buf[:be]
 	for j, aj := range xs(a, m) {
 		if aj == 0 {
 			continue
@@ -129,7 +144,7 @@ func qaxpyRowsGo(q int, dst *float32, w unsafe.Pointer, stride int, idx *int32, 
 		row := rowAt(w, stride, idx, j)
 		for b := 0; b < nb; b++ {
 			qcvtGo(q, &blk[0], unsafe.Add(row, b*bb), 1)
-			out := d[32*b : 32*b+32]
+			out := d[be*b : be*b+be]
 			for e, v := range blk {
 				out[e] += aj * v
 			}
@@ -171,7 +186,7 @@ func qmatMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi in
 	q := qIndex(w.DType)
 	for r0 := lo; r0 < hi; r0 += block {
 		r1 := min(r0+block, hi)
-		ks.qcvt[q](&s.qw[0], unsafe.Add(dataPtr(w), r0*rb), (r1-r0)*C/format.BlockElems)
+		ks.qcvt[q](&s.qw[0], unsafe.Add(dataPtr(w), r0*rb), (r1-r0)*C/qBlockElems[q])
 		f := Mat{DType: format.F32, Rows: r1 - r0, Cols: C, Data: unsafe.Slice((*byte)(unsafe.Pointer(&s.qw[0])), 4*(r1-r0)*C)}
 		matMulRows(ks, dst, R, f, r0, x, T, r0, r1)
 	}

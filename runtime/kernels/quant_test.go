@@ -11,7 +11,36 @@ import (
 	"github.com/selectinfer/sinf/format"
 )
 
-var quantDTypes = []format.DType{format.Q8_0, format.Q4_0}
+var quantDTypes = []format.DType{format.Q8_0, format.Q4_0, format.Q5_0, format.Q5_1, format.Q4_K, format.Q5_K, format.Q6_K}
+
+// colsFor returns the test widths for d: qCols for Q8_0 and Q4_0 (which
+// have SIMD forms on both architectures), fewer for Q5_0 and Q5_1 (portable
+// only), and 256 and 2048 for the K-quants, so that make test-arm64 (qemu)
+// stays within its time.
+func colsFor(d format.DType) []int {
+	switch {
+	case d.KQuant():
+		return []int{256, 2048}
+	case d == format.Q5_0 || d == format.Q5_1:
+		return []int{32, 160, 576}
+	}
+	return qCols
+}
+
+// blockElems is d's block size.
+func blockElems(d format.DType) int { e, _ := d.Block(); return e }
+
+// minTermBound is the float32 rounding of the dtypes with a minimum (Q5_1,
+// Q4_K, Q5_K): the scale and the minimum terms are summed apart and cancel,
+// so their rounding is relative to Σ|x|·(|w| + the block's minimum) rather
+// than Σ|w·x|; a tolerance of 4× covers it at these shapes.
+func minTermBound(d format.DType) float64 {
+	switch d {
+	case format.Q5_1, format.Q4_K, format.Q5_K:
+		return 4
+	}
+	return 1
+}
 
 // guarded returns n bytes that end where an inaccessible page begins, so a
 // kernel reading past the last row faults. The memory is never freed (a
@@ -33,8 +62,7 @@ func randQMat(t *testing.T, rng *rand.Rand, d format.DType, rows, cols int) test
 	for i := range f {
 		f[i] = float32(rng.NormFloat64())
 	}
-	b, err := format.Quantize(nil, f, d)
-	require.NoError(t, err)
+	b := quantizeCached(t, f, d)
 	data := guarded(t, len(b))
 	copy(data, b)
 	deq := make([]float32, len(f))
@@ -44,6 +72,29 @@ func randQMat(t *testing.T, rng *rand.Rand, d format.DType, rows, cols int) test
 		vals[i] = float64(v)
 	}
 	return testMat{Mat{DType: d, Rows: rows, Cols: cols, Data: data}, vals}
+}
+
+// quantCache holds the blocks of the matrices randQMat made: the tests draw
+// the same matrices for every kernel set and pool, and the K-quants'
+// reference quantization (a least-squares search per sub-block) is slow
+// under qemu.
+var quantCache = map[[2]uint64][]byte{}
+
+// quantizeCached is format.Quantize(nil, f, d), from quantCache when f and
+// d were seen before (keyed by an FNV-1a hash of f's bits, its length and d).
+func quantizeCached(t *testing.T, f []float32, d format.DType) []byte {
+	h := uint64(14695981039346656037)
+	for _, v := range f {
+		h = (h ^ uint64(math.Float32bits(v))) * 1099511628211
+	}
+	key := [2]uint64{h, uint64(len(f))<<8 | uint64(d)}
+	if b, ok := quantCache[key]; ok {
+		return b
+	}
+	b, err := format.Quantize(nil, f, d)
+	require.NoError(t, err)
+	quantCache[key] = b
+	return b
 }
 
 // qxBound is the error of a dot product with row r that quantizing x to int8
@@ -82,7 +133,7 @@ func TestQuantMatVec(t *testing.T) {
 		withPools(t, func(t *testing.T, p *Pool) {
 			rng := rand.New(rand.NewPCG(21, 22))
 			for _, dt := range quantDTypes {
-				for _, cols := range qCols {
+				for _, cols := range colsFor(dt) {
 					for _, rows := range []int{1, 3, 17, 70} {
 						m := randQMat(t, rng, dt, rows, cols)
 						x := randVec(rng, cols)
@@ -90,14 +141,14 @@ func TestQuantMatVec(t *testing.T) {
 						MatVec(p, dst, m.Mat, x)
 						for r := range dst {
 							want, scale := m.refDot(r, x)
-							checkClose(t, dst[r], want, 1, m.qxBound(r, x)+1e-5*scale, "MatVec %v [%d,%d] row %d", dt, rows, cols, r)
+							checkClose(t, dst[r], want, 1, m.qxBound(r, x)+1e-5*minTermBound(dt)*scale, "MatVec %v [%d,%d] row %d", dt, rows, cols, r)
 						}
 						sel := []int32{int32(rows - 1), 0, int32(rows / 2), int32(rows - 1)}
 						got := make([]float32, len(sel))
 						MatVecRows(p, got, m.Mat, sel, x)
 						for j, r := range sel {
 							want, scale := m.refDot(int(r), x)
-							checkClose(t, got[j], want, 1, m.qxBound(int(r), x)+1e-5*scale, "MatVecRows %v [%d,%d] j %d", dt, rows, cols, j)
+							checkClose(t, got[j], want, 1, m.qxBound(int(r), x)+1e-5*minTermBound(dt)*scale, "MatVecRows %v [%d,%d] j %d", dt, rows, cols, j)
 						}
 					}
 				}
@@ -112,15 +163,17 @@ func TestQuantRawDot(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	for _, ks := range kernelSets() {
 		for _, dt := range quantDTypes {
-			q := qIndex(dt)
+			q, be := qIndex(dt), blockElems(dt)
 			for _, nb := range []int{1, 2, 3, 18, 64} {
-				m := randQMat(t, rng, dt, 5, 32*nb)
-				x := randVec(rng, 32*nb)
+				n := be * nb
+				nx := n / 32
+				m := randQMat(t, rng, dt, 5, n)
+				x := randVec(rng, n)
 				if nb == 3 {
 					clear(x[32:64]) // an all-zero block: d = 0
 					x[70] = 127     // and a value the scale maps to exactly 127
 				}
-				xq, xd := make([]int8, 64*nb), make([]float32, 2*nb)
+				xq, xd := make([]int8, 64*nx), make([]float32, 2*nx)
 				quantizeX(xq, xd, x)
 				got, want := make([]float32, 5), make([]float32, 5)
 				ks.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[0], &xd[0], nb, 5, &got[0], 64)
@@ -129,11 +182,11 @@ func TestQuantRawDot(t *testing.T) {
 					_, scale := m.refDot(r, x)
 					checkClose(t, got[r], float64(want[r]), scale, 1e-6, "%s qdotRows %v nb %d row %d", ks.name, dt, nb, r)
 				}
-				gq, gd := make([]int8, 64*nb), make([]float32, 2*nb)
-				ks.quantizeX(&gq[0], &gd[0], &x[0], nb)
+				gq, gd := make([]int8, 64*nx), make([]float32, 2*nx)
+				ks.quantizeX(&gq[0], &gd[0], &x[0], nx)
 				require.Equal(t, xq, gq, "%s quantizeX nb %d", ks.name, nb)
 				require.Equal(t, xd, gd, "%s quantizeX nb %d", ks.name, nb)
-				deq := make([]float32, 32*nb)
+				deq := make([]float32, n)
 				ks.qcvt[q](&deq[0], dataPtr(m.Mat), nb)
 				for e, v := range deq {
 					require.Equal(t, float32(m.vals[e]), v, "%s qcvt %v nb %d element %d", ks.name, dt, nb, e)
@@ -150,7 +203,7 @@ func TestQuantAddRows(t *testing.T) {
 		withPools(t, func(t *testing.T, p *Pool) {
 			rng := rand.New(rand.NewPCG(25, 26))
 			for _, dt := range quantDTypes {
-				for _, cols := range qCols {
+				for _, cols := range colsFor(dt) {
 					rows := 60
 					m := randQMat(t, rng, dt, rows, cols)
 					for _, gathered := range []bool{false, true} {
@@ -170,7 +223,7 @@ func TestQuantAddRows(t *testing.T) {
 								}
 							}
 							var extra func(r, c int) float64
-							if dt == format.Q4_0 {
+							if dt != format.Q8_0 && dt != format.Q6_K {
 								// qaxpy4 adds a·d·q and then −8·a·d: its rounding
 								// is relative to 8|a·d| ≈ |a|·max|w| of the block.
 								extra = m.blockMax
@@ -190,11 +243,14 @@ func TestQuantMatMul(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
 			rng := rand.New(rand.NewPCG(27, 28))
-			shapes := [][2]int{{1, 32}, {7, 64}, {33, 96}, {50, 576}}
-			if !raceOn {
-				shapes = append(shapes, [2]int{40, 2048})
-			}
 			for _, dt := range quantDTypes {
+				shapes := [][2]int{{1, 32}, {7, 64}, {33, 96}, {50, 576}}
+				if blockElems(dt) == format.SuperBlockElems {
+					shapes = [][2]int{{1, 256}, {33, 512}}
+				}
+				if !raceOn {
+					shapes = append(shapes, [2]int{40, 2048})
+				}
 				for _, sh := range shapes {
 					rows, cols := sh[0], sh[1]
 					m := randQMat(t, rng, dt, rows, cols)
@@ -222,11 +278,12 @@ func TestQuantMatMul(t *testing.T) {
 func TestQuantRowF32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 30))
 	for _, dt := range quantDTypes {
-		m := randQMat(t, rng, dt, 4, 96)
-		got := make([]float32, 96)
+		cols := 3 * blockElems(dt)
+		m := randQMat(t, rng, dt, 4, cols)
+		got := make([]float32, cols)
 		m.RowF32(got, 3)
 		for c, v := range got {
-			require.Equal(t, float32(m.vals[3*96+c]), v, "%v col %d", dt, c)
+			require.Equal(t, float32(m.vals[3*cols+c]), v, "%v col %d", dt, c)
 		}
 	}
 }

@@ -1,0 +1,155 @@
+package convert
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+// K-quant recipes (spec/sinf.md §5.3): which tensors of a q4_k_m, q5_k_m,
+// q4_k, q5_k or q6_k file get which dtype, after llama.cpp's llama-quantize
+// (src/llama-quant.cpp: llama_tensor_get_type and tensor_type_fallback, for a
+// dense llama or qwen2 model without an importance matrix).
+
+// ParseRecipe parses a --dtype value: a weight dtype name of spec §5.1
+// (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k), or q4_k_m /
+// q5_k_m, llama-quantize's Q4_K_M and Q5_K_M mixes (mix true, dtype the base
+// type). It returns an error naming the value for anything else.
+func ParseRecipe(s string) (dt format.DType, mix bool, err error) {
+	name, mix := strings.CutSuffix(strings.ToLower(s), "_m")
+	if mix && name != "q4_k" && name != "q5_k" {
+		return 0, false, fmt.Errorf("unknown dtype %q: the _m mixes are q4_k_m and q5_k_m", s)
+	}
+	dt, err = format.ParseDType(name)
+	if err != nil || !dt.Weight() {
+		return 0, false, fmt.Errorf("unknown dtype %q: want f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m or q5_k_m", s)
+	}
+	return dt, mix, nil
+}
+
+// RecipeName is the --dtype spelling of a recipe ("q4_k_m", "q8_0").
+func RecipeName(dt format.DType, mix bool) string {
+	s := strings.ToLower(dt.String())
+	if mix {
+		s += "_m"
+	}
+	return s
+}
+
+// moreBits is llama-quantize's use_more_bits: the layers whose attn_v and
+// ffn_down a _M mix stores with more bits (the first and last eighth of
+// the L layers, and every third one between).
+func moreBits(i, L int) bool {
+	return i < L/8 || i >= 7*L/8 || (i-L/8)%3 == 2
+}
+
+// kFallback is tensor_type_fallback: the dtype a row of cols elements takes
+// when it is not whole blocks of dt (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0,
+// and F16 when not even the fallback fits), and why.
+func kFallback(name string, shape []int, dt format.DType) (format.DType, string) {
+	cols := shape[len(shape)-1]
+	if _, err := dt.RowBytes(cols); err == nil {
+		return dt, ""
+	}
+	e, _ := dt.Block()
+	to := format.F16
+	switch dt {
+	case format.Q4_K:
+		to = format.Q5_0
+	case format.Q5_K:
+		to = format.Q5_1
+	case format.Q6_K:
+		to = format.Q8_0
+	}
+	if _, err := to.RowBytes(cols); err != nil {
+		to = format.F16
+	}
+	return to, fmt.Sprintf("%s %v: rows of %d are not whole %v blocks of %d, stored %v", name, shape, cols, dt, e, to)
+}
+
+// layerOf returns the layer index of "model.layers.{i}.…", or −1.
+func layerOf(name string) int {
+	rest, ok := strings.CutPrefix(name, "model.layers.")
+	if !ok {
+		return -1
+	}
+	num, _, _ := strings.Cut(rest, ".")
+	l, err := strconv.Atoi(num)
+	if err != nil {
+		return -1
+	}
+	return l
+}
+
+// kquantDType is llama_tensor_get_type for matrix name of shape (rows
+// along the last dimension) in a file of K-quant target dt: mix selects the
+// _M rules, layers is num_hidden_layers and head says name is the output
+// projection (lm_head, or a tied embedding). The result is before the
+// overrides of Options and before kFallback.
+func kquantDType(name string, shape []int, dt format.DType, mix, head bool, layers int) format.DType {
+	cols := shape[len(shape)-1]
+	switch {
+	case head && (mix || dt == format.Q6_K):
+		// The output rule of every non-pure K recipe: Q6_K, or Q8_0 when the
+		// rows are not whole super-blocks.
+		if cols%format.SuperBlockElems != 0 {
+			return format.Q8_0
+		}
+		return format.Q6_K
+	case !mix:
+		return dt
+	}
+	l := layerOf(name)
+	v := strings.HasSuffix(name, ".self_attn.v_proj.weight")
+	down := strings.HasSuffix(name, ".mlp.down_proj.weight") || strings.HasSuffix(name, ".mlp.down_proj.weight_t")
+	if l >= 0 && (v || down) && moreBits(l, layers) {
+		return format.Q6_K
+	}
+	return dt
+}
+
+// slicedDTypes returns the dtypes of a sliced layer's gate_proj/up_proj and
+// down_proj.weight_t (rows of hidden) for the recipe of opt, and why each
+// fell back (empty when it did not).
+func slicedDTypes(opt Options, layer, hidden, layers int) (gateUp, downT format.DType, whyGU, whyD string) {
+	dt := opt.DType
+	if dt == 0 || !dt.KQuant() {
+		return dt, dt, "", ""
+	}
+	shape := []int{0, hidden}
+	gateUp, whyGU = kFallback(format.GateName(layer), shape, kquantDType(format.GateName(layer), shape, dt, opt.Mix, false, layers))
+	downT, whyD = kFallback(format.DownTName(layer), shape, kquantDType(format.DownTName(layer), shape, dt, opt.Mix, false, layers))
+	return
+}
+
+// Recipe is a --dtype choice: a stored weight dtype, and for Q4_K / Q5_K
+// whether it is the _M mix.
+type Recipe struct {
+	DType format.DType
+	Mix   bool
+}
+
+// String is the recipe's name as llama.cpp spells it ("Q4_K_M", "Q8_0").
+func (r Recipe) String() string { return strings.ToUpper(RecipeName(r.DType, r.Mix)) }
+
+// ID is the recipe's --dtype spelling ("q4_k_m").
+func (r Recipe) ID() string { return RecipeName(r.DType, r.Mix) }
+
+// FFNDType is the dtype of the sliced layers' gate_proj and up_proj (the
+// metadata's dtype key) in a file of this recipe for a model of hidden
+// size hidden: the recipe's dtype, or its fallback (kFallback).
+func (r Recipe) FFNDType(hidden int) format.DType {
+	if !r.DType.KQuant() {
+		return r.DType
+	}
+	dt, _ := kFallback("", []int{0, hidden}, r.DType)
+	return dt
+}
+
+// SlicedDTypes is slicedDTypes without the reasons, for tests and tools.
+func SlicedDTypes(opt Options, layer, hidden, layers int) (gateUp, downT format.DType) {
+	gateUp, downT, _, _ = slicedDTypes(opt, layer, hidden, layers)
+	return
+}

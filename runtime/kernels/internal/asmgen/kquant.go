@@ -1,0 +1,250 @@
+package main
+
+// K-quant kernels (spec/sinf.md §5.3), generated into their own files
+// (kquant_amd64.s, decl_kquant_amd64.go) beside the Q8_0/Q4_0 ones.
+
+func kquantAMD64(g *gen) {
+	g.p("DATA kqMask3f<>+0(SB)/8, $0x3f3f3f3f3f3f3f3f")
+	g.p("DATA kqMask3f<>+8(SB)/8, $0x3f3f3f3f3f3f3f3f")
+	g.p("GLOBL kqMask3f<>(SB), RODATA|NOPTR, $16")
+	g.p("DATA kqMask03<>+0(SB)/8, $0x0303030303030303")
+	g.p("DATA kqMask03<>+8(SB)/8, $0x0303030303030303")
+	g.p("GLOBL kqMask03<>(SB), RODATA|NOPTR, $16")
+	g.p("DATA kqMask20<>+0(SB)/8, $0x2020202020202020")
+	g.p("DATA kqMask20<>+8(SB)/8, $0x2020202020202020")
+	g.p("DATA kqMask20<>+16(SB)/8, $0x2020202020202020")
+	g.p("DATA kqMask20<>+24(SB)/8, $0x2020202020202020")
+	g.p("GLOBL kqMask20<>(SB), RODATA|NOPTR, $32")
+	g.p("")
+	qdotRowsK4AVX2(g, false)
+	qdotRowsK4AVX2(g, true)
+	qdotRowsQ6KAVX2(g)
+}
+
+// qdotRowsQ4KAVX2: dst[j] = the dot of row r (nb Q4_K super-blocks of 144
+// bytes: F16 d, F16 dmin, 12 bytes of 6-bit scales and minimums, 128 bytes
+// of nibbles) with x as quantizeX leaves it (64 bytes per x block of 32: the
+// int8 levels, then d_x eight times; at xd[8nb + b] the block sum
+// 8·d_x·Σq), rows as in qdotRows. Per super-block, the scales and minimums
+// are unpacked with byte masks (sc_j, m_j for j < 4 are bytes 0–3 and 4–7
+// & 63; for j ≥ 4 the low nibbles (sc) or high nibbles (m) of bytes 8–11
+// with bits 6–7 of bytes 0–3 (sc) or 4–7 (m) on top), d·sc_j is kept on the
+// stack for broadcasts, and the minimum term Σ_j dmin·m_j·xsum_j goes into
+// its own accumulator; per group of 64 weights the low nibbles meet x block
+// 2g and the high ones 2g+1 through VPMADDUBSW / VPMADDWD, as qdotRows'
+// Q4_0 does. dst = Σ − (minimum term)/8. With five, the Q5_K form (176-byte
+// blocks: qh[32] after the scales, then the nibbles): bit 2g of qh[l] is
+// bit 4 of the low nibble's weight l of group g, bit 2g+1 the high one's.
+func qdotRowsK4AVX2(g *gen, five bool) {
+	name, bb, qs := "qdotRowsQ4_KAVX2", 144, 16
+	if five {
+		name, bb, qs = "qdotRowsQ5_KAVX2", 176, 48
+	}
+	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $32-72", name)
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("MOVQ idx+16(FP), R12")
+	g.i("MOVQ m+48(FP), BX")
+	g.i("MOVQ dst+56(FP), DI")
+	g.i("MOVQ pf+64(FP), R10")
+	g.i("MOVQ ·f16Table(SB), R14")
+	g.i("VPCMPEQW Y14, Y14, Y14") // int16 ones
+	g.i("VPSRLW $15, Y14, Y14")
+	qMasks(g, "R13") // Y13: bytes 0x0F
+	g.i("VMOVDQU kqMask3f<>(SB), X15")
+	if five {
+		g.i("MOVL $0x01010101, R13")
+		g.i("VMOVD R13, X12")
+		g.i("VPBROADCASTD X12, Y12") // bytes 1
+	}
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	x86RowStart(g)
+	g.i("MOVQ xq+24(FP), SI")
+	g.i("MOVQ xd+32(FP), R15")
+	g.i("MOVQ nb+40(FP), CX")
+	g.i("MOVQ CX, R13")
+	g.i("SHLQ $5, R13")
+	g.i("ADDQ R13, R15") // R15: the x block sums, 8 per super-block
+	g.i("XORQ AX, AX")
+	g.i("VXORPS Y0, Y0, Y0")
+	g.i("VXORPS Y1, Y1, Y1")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ sum")
+	g.p("block:")
+	for off := 0; off < bb; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
+	}
+	g.i("MOVWLZX (R8)(AX*1), R13")
+	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
+	g.i("MOVWLZX 2(R8)(AX*1), R13")
+	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
+	// Scales and minimums: X7 = bytes 0–7, X8 = bytes 8–11.
+	g.i("VMOVQ 4(R8)(AX*1), X7")
+	g.i("VMOVD 12(R8)(AX*1), X8")
+	g.i("VPAND X15, X7, X9")       // dword 0: sc0–3, dword 1: m0–3
+	g.i("VPSRLD $4, X8, X10")      // u2 >> 4
+	g.i("VPUNPCKLDQ X10, X8, X10") // [u2, u2>>4]
+	g.i("VPAND X13, X10, X10")     // low nibbles (sc4–7), high nibbles (m4–7)
+	g.i("VPSRLD $6, X7, X11")      // bits 6–7 of bytes 0–7, at 0–1
+	g.i("VPAND kqMask03<>(SB), X11, X11")
+	g.i("VPSLLD $4, X11, X11")
+	g.i("VPOR X11, X10, X10")     // dword 0: sc4–7, dword 1: m4–7
+	g.i("VPUNPCKLDQ X10, X9, X9") // bytes 0–7: sc0–7, 8–15: m0–7
+	g.i("VPMOVZXBD X9, Y7")
+	g.i("VPSRLDQ $8, X9, X9")
+	g.i("VPMOVZXBD X9, Y8")
+	g.i("VCVTDQ2PS Y7, Y7")
+	g.i("VMULPS Y5, Y7, Y7") // d·sc_j
+	g.i("VMOVUPS Y7, (SP)")
+	g.i("VCVTDQ2PS Y8, Y8")
+	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
+	g.i("VFMADD231PS Y8, Y6, Y1") // += dmin·m_j·xsum_j
+	if five {
+		g.i("VMOVDQU 16(R8)(AX*1), Y10") // qh
+	}
+	for gr := 0; gr < 4; gr++ {
+		g.i("VMOVDQU %d(R8)(AX*1), Y2", qs+32*gr)
+		g.i("VPAND Y13, Y2, Y3")
+		g.i("VPSRLW $4, Y2, Y4")
+		g.i("VPAND Y13, Y4, Y4")
+		if five {
+			for h, y := range []int{3, 4} {
+				if sh := 2*gr + h; sh > 0 {
+					g.i("VPSRLW $%d, Y10, Y11", sh)
+					g.i("VPAND Y12, Y11, Y11")
+				} else {
+					g.i("VPAND Y12, Y10, Y11")
+				}
+				g.i("VPSLLW $4, Y11, Y11")
+				g.i("VPOR Y11, Y%d, Y%d", y, y)
+			}
+		}
+		for h, y := range []int{3, 4} {
+			xb := 2*gr + h
+			g.i("VPMADDUBSW %d(SI), Y%d, Y%d", 64*xb, y, y)
+			g.i("VPMADDWD Y14, Y%d, Y%d", y, y)
+			g.i("VCVTDQ2PS Y%d, Y%d", y, y)
+			g.i("VBROADCASTSS %d(SP), Y9", 4*xb)
+			g.i("VMULPS Y9, Y%d, Y%d", y, y)
+			g.i("VFMADD231PS %d(SI), Y%d, Y0", 64*xb+32, y) // · d_x
+		}
+	}
+	g.i("ADDQ $%d, AX", bb)
+	g.i("ADDQ $512, SI")
+	g.i("ADDQ $32, R15")
+	g.i("DECQ CX")
+	g.i("JNE block")
+	g.p("sum:")
+	g.i("MOVL $0x3e000000, R13") // 0.125
+	g.i("VMOVD R13, X9")
+	g.i("VBROADCASTSS X9, Y9")
+	g.i("VMULPS Y9, Y1, Y1")
+	g.i("VSUBPS Y1, Y0, Y0")
+	g.i("VEXTRACTF128 $1, Y0, X1")
+	g.i("VADDPS X1, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VMOVSS X0, (DI)")
+	g.i("ADDQ $4, DI")
+	x86RowNext(g)
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// qdotRowsQ6KAVX2 is qdotRowsQ4KAVX2 for Q6_K super-blocks (210 bytes:
+// ql[128], qh[64], 16 int8 scales, F16 d). For h < 2 and k < 4, x block
+// 4h + k meets q = the low (k < 2) or high nibbles of ql[64h + 32(k&1):]
+// with bits 2k, 2k+1 of qh[32h:] on top (0..63, unsigned for VPMADDUBSW);
+// subtracting VPMADDUBSW of 32 gives Σ(q − 32)·x per pair, in int16 without
+// overflow (|q − 32| ≤ 32, |x| ≤ 127). Lanes 0–3 of the int32 sums are
+// elements 0–15, with scale 8h + 2k, lanes 4–7 elements 16–31, with scale
+// 8h + 2k + 1.
+func qdotRowsQ6KAVX2(g *gen) {
+	name := "qdotRowsQ6_KAVX2"
+	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $32-72", name)
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("MOVQ idx+16(FP), R12")
+	g.i("MOVQ m+48(FP), BX")
+	g.i("MOVQ dst+56(FP), DI")
+	g.i("MOVQ pf+64(FP), R10")
+	g.i("MOVQ ·f16Table(SB), R14")
+	g.i("VPCMPEQW Y14, Y14, Y14") // int16 ones
+	g.i("VPSRLW $15, Y14, Y14")
+	qMasks(g, "R13") // Y13: bytes 0x0F
+	g.i("MOVL $0x03030303, R13")
+	g.i("VMOVD R13, X12")
+	g.i("VPBROADCASTD X12, Y12")       // bytes 0x03
+	g.i("VMOVDQU kqMask20<>(SB), Y11") // bytes 32
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	x86RowStart(g)
+	g.i("MOVQ xq+24(FP), SI")
+	g.i("MOVQ nb+40(FP), CX")
+	g.i("XORQ AX, AX")
+	g.i("VXORPS Y0, Y0, Y0")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ sum")
+	g.p("block:")
+	for off := 0; off < 210; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
+	}
+	g.i("MOVWLZX 208(R8)(AX*1), R13")
+	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
+	for h := 0; h < 2; h++ {
+		g.i("VPMOVSXBD %d(R8)(AX*1), Y7", 192+8*h)
+		g.i("VCVTDQ2PS Y7, Y7")
+		g.i("VMULPS Y5, Y7, Y7") // d·sc[8h + i]
+		g.i("VMOVUPS Y7, (SP)")
+		g.i("VMOVDQU %d(R8)(AX*1), Y2", 128+32*h) // qh
+		for k := 0; k < 4; k++ {
+			xb := 4*h + k
+			g.i("VMOVDQU %d(R8)(AX*1), Y3", 64*h+32*(k&1))
+			if k >= 2 {
+				g.i("VPSRLW $4, Y3, Y3")
+			}
+			g.i("VPAND Y13, Y3, Y3")
+			if k > 0 {
+				g.i("VPSRLW $%d, Y2, Y4", 2*k)
+				g.i("VPAND Y12, Y4, Y4")
+			} else {
+				g.i("VPAND Y12, Y2, Y4")
+			}
+			g.i("VPSLLW $4, Y4, Y4")
+			g.i("VPOR Y4, Y3, Y3") // q, 0..63
+			g.i("VPMADDUBSW %d(SI), Y3, Y3", 64*xb)
+			g.i("VPMADDUBSW %d(SI), Y11, Y4", 64*xb)
+			g.i("VPSUBW Y4, Y3, Y3") // Σ (q − 32)·x in pairs
+			g.i("VPMADDWD Y14, Y3, Y3")
+			g.i("VCVTDQ2PS Y3, Y3")
+			g.i("VBROADCASTSS %d(SP), X9", 4*(2*k))
+			g.i("VBROADCASTSS %d(SP), X10", 4*(2*k+1))
+			g.i("VINSERTF128 $1, X10, Y9, Y9")
+			g.i("VMULPS Y9, Y3, Y3")
+			g.i("VFMADD231PS %d(SI), Y3, Y0", 64*xb+32) // · d_x
+		}
+	}
+	g.i("ADDQ $210, AX")
+	g.i("ADDQ $512, SI")
+	g.i("DECQ CX")
+	g.i("JNE block")
+	g.p("sum:")
+	g.i("VEXTRACTF128 $1, Y0, X1")
+	g.i("VADDPS X1, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VHADDPS X0, X0, X0")
+	g.i("VMOVSS X0, (DI)")
+	g.i("ADDQ $4, DI")
+	x86RowNext(g)
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}

@@ -1,0 +1,187 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K (spec/sinf.md §5.2–5.3), q
+// table indices 2–6: portable kernels, used by every set (the SIMD sets
+// have forms for Q8_0 and Q4_0 only; fillPortableQ puts these in their
+// tables). Decode takes x as quantizeX leaves it, int8 blocks of 32 with a
+// float32 scale xd[b] and the block sum xd[nb32+b] = 8·d·Σq (AVX2 has a
+// form of the K-quants', kquant_amd64.s): a weight block
+// contributes its scale times the integer dot of its levels with the x
+// levels, minus (for the dtypes with a minimum) the minimum times x's block
+// sum, as GGML's vec_dot kernels do with Q8_K (whose x blocks are 256 long;
+// ours are 32, so x is quantized a little more finely). Prefill and the
+// neuron-row accumulation dequantize with format.Dequantize.
+
+func init() {
+	archQKernels()
+	for _, ks := range declaredSets {
+		fillPortableQ(ks)
+	}
+	fillPortableQ(genericSet)
+}
+
+// fillPortableQ puts the portable kernels into the q table entries of ks
+// that have none.
+func fillPortableQ(ks *kernelSet) {
+	for q := range nq {
+		if ks.qdotRows[q] == nil {
+			ks.qdotRows[q] = qdotRowsPortable[q]
+		}
+		if ks.qcvt[q] == nil {
+			ks.qcvt[q] = qcvtPortable[q]
+		}
+		if ks.qaxpy4[q] == nil {
+			ks.qaxpy4[q] = qaxpy4Portable[q]
+		}
+	}
+}
+
+var (
+	qdotRowsPortable = [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){
+		qdotRowsQ8_0Go, qdotRowsQ4_0Go, qdotRowsKGo(2), qdotRowsKGo(3), qdotRowsKGo(4), qdotRowsKGo(5), qdotRowsKGo(6)}
+	qcvtPortable = [nq]func(dst *float32, src unsafe.Pointer, nb int){
+		qcvtQ8_0Go, qcvtQ4_0Go, qcvtKGo(2), qcvtKGo(3), qcvtKGo(4), qcvtKGo(5), qcvtKGo(6)}
+	qaxpy4Portable = [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){
+		qaxpy4Q8_0Go, qaxpy4Q4_0Go, qaxpy4KGo(2), qaxpy4KGo(3), qaxpy4KGo(4), qaxpy4KGo(5), qaxpy4KGo(6)}
+)
+
+func qcvtKGo(q int) func(dst *float32, src unsafe.Pointer, nb int) {
+	return func(dst *float32, src unsafe.Pointer, nb int) { qcvtGo(q, dst, src, nb) }
+}
+
+func qaxpy4KGo(q int) func(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+	return func(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+		qaxpy4Go(q, dst, w0, w1, w2, w3, a0, a1, a2, a3, nb)
+	}
+}
+
+func qdotRowsKGo(q int) func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, _ int) {
+	dot := qdotBlock[q]
+	return func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, _ int) {
+		bb, be := qBlockBytes[q], qBlockElems[q]
+		nx := nb * be / 32 // x blocks
+		qx, dx := unsafe.Slice(xq, 64*nx), xs(xd, 2*nx)
+		d := xs(dst, m)
+		for j := range d {
+			row := unsafe.Slice((*byte)(rowAt(w, stride, idx, j)), nb*bb)
+			var s float32
+			for b := range nb {
+				xb := b * be / 32
+				s += dot(row[b*bb:(b+1)*bb], qx[64*xb:], dx[xb:], dx[nx+xb:])
+			}
+			d[j] = s
+		}
+	}
+}
+
+// qdotBlock[q] returns one weight block's dot with x: blk its bytes, qx the
+// x levels from the block's first x block on (64 bytes per x block, the
+// first 32 the levels), xd their scales and xsum their 8·d·Σq.
+var qdotBlock = [nq]func(blk []byte, qx []int8, xd, xsum []float32) float32{
+	2: dotQ5_0, 3: dotQ5_1, 4: dotQ4_K, 5: dotQ5_K, 6: dotQ6_K,
+}
+
+func f16(b []byte) float32 { return f16Table[binary.LittleEndian.Uint16(b)] }
+
+func dotQ5_0(blk []byte, qx []int8, xd, _ []float32) float32 {
+	qh, qs := binary.LittleEndian.Uint32(blk[2:]), blk[6:22]
+	var sum int32
+	for e, v := range qs {
+		lo := int32(v&15|byte(qh>>e&1)<<4) - 16
+		hi := int32(v>>4|byte(qh>>(e+16)&1)<<4) - 16
+		sum += lo*int32(qx[e]) + hi*int32(qx[e+16])
+	}
+	return f16(blk) * xd[0] * float32(sum)
+}
+
+func dotQ5_1(blk []byte, qx []int8, xd, xsum []float32) float32 {
+	qh, qs := binary.LittleEndian.Uint32(blk[4:]), blk[8:24]
+	var sum int32
+	for e, v := range qs {
+		lo := int32(v&15 | byte(qh>>e&1)<<4)
+		hi := int32(v>>4 | byte(qh>>(e+16)&1)<<4)
+		sum += lo*int32(qx[e]) + hi*int32(qx[e+16])
+	}
+	return f16(blk)*xd[0]*float32(sum) + f16(blk[2:])*(xsum[0]/8)
+}
+
+// scaleMinK4 returns sub-block j's 6-bit scale and minimum (spec §5.3).
+func scaleMinK4(j int, q []byte) (sc, m uint8) {
+	if j < 4 {
+		return q[j] & 63, q[j+4] & 63
+	}
+	return q[j+4]&0xF | q[j-4]>>6<<4, q[j+4]>>4 | q[j]>>6<<4
+}
+
+// dotK4 is the dot of a Q4_K (qh nil) or Q5_K block with x: per group g
+// of 64 elements, the low nibbles of qs[32g:] pair with x block 2g and the
+// high ones with x block 2g+1 (array pointers keep the loops free of bounds
+// checks).
+func dotK4(blk, qh, qs []byte, qx []int8, xd, xsum []float32) float32 {
+	d, dmin := f16(blk), f16(blk[2:])
+	sc := (*[12]byte)(blk[4:16])
+	xd, xsum = xd[:8], xsum[:8]
+	var s, sm float32
+	for g := range 4 {
+		q := (*[32]byte)(qs[32*g:])
+		x0, x1 := (*[32]int8)(qx[128*g:]), (*[32]int8)(qx[128*g+64:])
+		var s0, s1 int32
+		if qh == nil {
+			for l := range 32 {
+				s0 += int32(q[l]&15) * int32(x0[l])
+				s1 += int32(q[l]>>4) * int32(x1[l])
+			}
+		} else {
+			h := (*[32]byte)(qh)
+			for l := range 32 {
+				s0 += int32(q[l]&15|h[l]>>(2*g)&1<<4) * int32(x0[l])
+				s1 += int32(q[l]>>4|h[l]>>(2*g+1)&1<<4) * int32(x1[l])
+			}
+		}
+		c0, m0 := scaleMinK4(2*g, sc[:])
+		c1, m1 := scaleMinK4(2*g+1, sc[:])
+		s += float32(c0)*xd[2*g]*float32(s0) + float32(c1)*xd[2*g+1]*float32(s1)
+		sm += float32(m0)*xsum[2*g] + float32(m1)*xsum[2*g+1]
+	}
+	return d*s - dmin*(sm/8)
+}
+
+func dotQ4_K(blk []byte, qx []int8, xd, xsum []float32) float32 {
+	return dotK4(blk, nil, blk[16:144], qx, xd, xsum)
+}
+
+func dotQ5_K(blk []byte, qx []int8, xd, xsum []float32) float32 {
+	return dotK4(blk, blk[16:48], blk[48:176], qx, xd, xsum)
+}
+
+func dotQ6_K(blk []byte, qx []int8, xd, _ []float32) float32 {
+	sc := (*[16]byte)(blk[192:208])
+	xd = xd[:8]
+	var s float32
+	for h := range 2 {
+		// Element 128h + 32k + l: x block 4h + k, scale 8h + 2k + l/16; its
+		// low nibble in ql[64h + 32(k&1) + l] (k ≥ 2: the high one), its top
+		// bits at 2k of qh[32h + l].
+		ql := (*[64]byte)(blk[64*h:])
+		qh := (*[32]byte)(blk[128+32*h:])
+		for k := range 4 {
+			x := (*[32]int8)(qx[64*(4*h+k):])
+			lo := ql[32*(k&1):]
+			shift, hs := uint(4*(k>>1)), uint(2*k)
+			var s0, s1 int32
+			for l := range 16 {
+				s0 += (int32(lo[l]>>shift&15|qh[l]>>hs&3<<4) - 32) * int32(x[l])
+			}
+			for l := 16; l < 32; l++ {
+				s1 += (int32(lo[l]>>shift&15|qh[l]>>hs&3<<4) - 32) * int32(x[l])
+			}
+			s += xd[4*h+k] * (float32(int8(sc[8*h+2*k]))*float32(s0) + float32(int8(sc[8*h+2*k+1]))*float32(s1))
+		}
+	}
+	return f16(blk[208:]) * s
+}
