@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -254,4 +255,47 @@ func BenchmarkMatMulRowsT(b *testing.B) {
 		}
 		b.ReportMetric(2*float64(benchT*w.Rows*w.Cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
+}
+
+// BenchmarkQuantDotSets times each runnable set's raw qdotRows on 256 rows
+// of 2048 weights that stay in L2 (Q8_0 544 KiB, Q4_0 288 KiB), so that the
+// instructions, not memory, set the pace: the per-operation measurement that
+// picks a set's integer dot product. B/s is weight bytes; cpu-ns/op is the
+// thread's own CPU time per call (Linux; steadier than ns/op on a shared
+// machine, where the thread waits for a CPU between its slices).
+//
+//	go test -run '^$' -bench QuantDotSets -count 5 ./runtime/kernels/
+func BenchmarkQuantDotSets(b *testing.B) {
+	const rows, cols = 256, 2048
+	for _, d := range quantDTypes {
+		w := benchMat(benchShape{"l2", rows, cols}, d)
+		x := benchVec(cols)
+		nb := cols / 32
+		xq, xd := make([]int8, 64*nb), make([]float32, 2*nb)
+		quantizeX(xq, xd, x)
+		dst := make([]float32, rows)
+		for _, ks := range kernelSets() {
+			b.Run(fmt.Sprintf("%v/%s", d, ks.name), func(b *testing.B) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				b.SetBytes(int64(len(w.Data)))
+				cpu0 := threadCPU()
+				for b.Loop() {
+					ks.qdotRows[qIndex(d)](dataPtr(w), w.RowBytes(), nil, &xq[0], &xd[0], nb, rows, &dst[0], 0)
+				}
+				if cpu := threadCPU() - cpu0; cpu > 0 {
+					b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+				}
+			})
+		}
+	}
+}
+
+// threadCPU returns the calling thread's CPU time so far in ns (0 where it
+// cannot be read): schedstat's time on a CPU.
+func threadCPU() int64 {
+	var r schedReader
+	defer r.close()
+	run, _, _ := r.read(gettid())
+	return run
 }

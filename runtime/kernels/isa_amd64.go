@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -52,6 +53,33 @@ var avx512Set = &kernelSet{
 	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
 }
 
+// The VNNI sets are the AVX2 and AVX-512 sets with the decode dots of the
+// block-quantized rows (qdotRows) done by VPDPBUSD: AVX-VNNI's VEX form
+// (emitted as bytes: Go's assembler has only the EVEX one) and
+// AVX512-VNNI's EVEX form on 256-bit registers (AVX512VL). The 256-bit EVEX
+// form, not a 512-bit one: a block is 32 weights, one YMM, and a ZMM form
+// would need two blocks' scales per register.
+var (
+	avxvnniSet    = withVNNI(avx2Set, "avxvnni", qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI)
+	avx512vnniSet = withVNNI(avx512Set, "avx512vnni", qdotRowsQ8_0AVX512VNNI, qdotRowsQ4_0AVX512VNNI)
+)
+
+func init() {
+	avx2Set.features = []string{"avx2", "fma", "f16c"}
+	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}
+	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")
+	avx512vnniSet.features = append(slices.Clone(avx512Set.features), "avx512vl", "avx512_vnni")
+}
+
+// withVNNI returns a copy of ks named name with the integer dot products q8
+// and q4 for Q8_0 and Q4_0 rows.
+func withVNNI(ks *kernelSet, name string, q8, q4 func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)) *kernelSet {
+	c := *ks
+	c.name = name
+	c.qdotRows = [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){q8, q4}
+	return &c
+}
+
 // archSets returns the SIMD sets this CPU supports, best first. AVX2 needs FMA
 // and F16C (every AVX2 CPU so far has both); AVX-512 needs F and BW (BW for
 // the 512-bit VPMOVZXWD of the BF16 path). cpu reports these only when the OS
@@ -63,11 +91,17 @@ func archSets() []*kernelSet {
 		return s
 	}
 	if x.HasAVX512F && x.HasAVX512BW {
+		if x.HasAVX512VL && x.HasAVX512VNNI {
+			s = append(s, avx512vnniSet)
+		}
 		s = append(s, avx512Set)
+	}
+	if x.HasAVXVNNI {
+		s = append(s, avxvnniSet)
 	}
 	return append(s, avx2Set)
 }
 
 // declaredSets lists every set built for this architecture, whether or not
 // this CPU runs it (TestSetsComplete checks even those it cannot run).
-var declaredSets = []*kernelSet{avx2Set, avx512Set}
+var declaredSets = []*kernelSet{avx512vnniSet, avx512Set, avxvnniSet, avx2Set}

@@ -7,7 +7,7 @@ import "unsafe"
 // neonSet uses only baseline ARMv8.0 Advanced SIMD (FCVTL for F16, so no
 // FEAT_FP16 is needed).
 var neonSet = &kernelSet{
-	name: "neon", blk: blkNEON, gblk: gblkNEON, gr: grNEON, gt: gtNEON, tt: ttNEON, tc: tcNEON,
+	name: "neon", features: []string{"asimd"}, blk: blkNEON, gblk: gblkNEON, gr: grNEON, gt: gtNEON, tt: ttNEON, tc: tcNEON,
 	dot4:      [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32NEON, dot4F16NEON, dot4BF16NEON},
 	dot1:      [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32NEON, dot1F16NEON, dot1BF16NEON},
 	dotRows:   [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32NEON, dotRowsF16NEON, dotRowsBF16NEON},

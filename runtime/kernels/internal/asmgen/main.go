@@ -151,7 +151,9 @@ func amd64(g *gen) {
 		x.gemmT(g)
 		if x.name == "AVX2" {
 			for _, q := range qtypes {
-				x.qdotRows(g, q)
+				x.qdotRows(g, q, "")
+				x.qdotRows(g, q, "AVXVNNI")
+				x.qdotRows(g, q, "AVX512VNNI")
 				x.qaxpy4(g, q)
 				x.qcvt(g, q)
 			}

@@ -32,6 +32,22 @@ func qMasks(g *gen, tmp string) {
 	g.i("VPBROADCASTD X12, Y12")
 }
 
+// vpdpbusdVEX encodes the AVX-VNNI VPDPBUSD Ydst, Yu, Ys (Intel operand
+// order: ymm1 += Σ of four u8(ymm2)·s8(ymm3) per dword, VEX.256.66.0F38.W0
+// 50 /r) as bytes: Go's assembler knows only the EVEX form of AVX512-VNNI,
+// which a CPU with AVX-VNNI but no AVX-512 (Alder Lake and later client
+// Intel) cannot run. Registers Y0–Y15, register operands only.
+func vpdpbusdVEX(dst, u, s int) string {
+	if dst > 15 || u > 15 || s > 15 {
+		panic("vpdpbusdVEX needs Y0..Y15")
+	}
+	b1 := (^dst>>3&1)<<7 | 1<<6 | (^s>>3&1)<<5 | 0x02 // R̄ X̄ B̄, map 0F38
+	b2 := (^u&15)<<3 | 1<<2 | 0x01                    // W0, v̄v̄v̄v̄ = u, L 256, pp 66
+	modrm := 0xC0 | (dst&7)<<3 | s&7
+	return fmt.Sprintf("BYTE $0xc4; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x50; BYTE $0x%02x // VPDPBUSD Y%d, Y%d, Y%d (AVX-VNNI, Go operand order)",
+		b1, b2, modrm, s, u, dst)
+}
+
 // qdotRows: dst[j] = Σ_{b<nb} d_w[b]·d_x[b]·Σ_{e<32} q_w[b][e]·q_x[b][e] for
 // j < m, rows r as in dotRows (idx, stride; contiguous rows prefetched pf
 // bytes ahead, gathered ones a row ahead). x comes as quantizeX leaves it:
@@ -42,8 +58,19 @@ func qMasks(g *gen, tmp string) {
 // |x| ≤ 127: no saturation), then VPMADDWD to int32, as GGML's AVX2 dot
 // products do. Q4_0 multiplies the unsigned nibbles q (0..15) by x directly
 // and subtracts d_w times the correction: Σ (q−8)·x = Σ q·x − 8·Σ x.
-func (x x86) qdotRows(g *gen, q qtype) {
-	name := "qdotRows" + q.name + x.name
+//
+// vnni selects the integer dot product: "" the AVX2 pair of multiplies,
+// "AVXVNNI" the VEX VPDPBUSD of AVX-VNNI, "AVX512VNNI" the EVEX VPDPBUSD of
+// AVX512-VNNI (on 256-bit registers, AVX512VL). Either takes unsigned bytes
+// times signed bytes, four products summed into each int32 lane, in place of
+// VPMADDUBSW and VPMADDWD: Q8_0 multiplies |w| by x·sign(w) as above, Q4_0
+// the nibbles by x.
+func (x x86) qdotRows(g *gen, q qtype, vnni string) {
+	suffix := x.name
+	if vnni != "" {
+		suffix = vnni
+	}
+	name := "qdotRows" + q.name + suffix
 	x.text(g, name, 72, "(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)")
 	g.i("MOVQ w+0(FP), R8")
 	g.i("MOVQ stride+8(FP), R9")
@@ -70,12 +97,14 @@ func (x x86) qdotRows(g *gen, q qtype) {
 	g.i("VXORPS X10, X10, X10")
 	block := func(k, acc int) {
 		mem := func(off int) string { return fmt.Sprintf("%d(R8)(AX*1)", k*q.bb+off) }
+		// u: the unsigned bytes, s: the signed ones (a register; ""
+		// where the AVX2 form reads x from memory).
+		u, sx := 4, 3
 		if q.name == "Q8_0" {
 			g.i("VMOVDQU %s, Y2", mem(2))
 			g.i("VMOVDQU %d(SI), Y3", 64*k)
 			g.i("VPSIGNB Y2, Y2, Y4")
 			g.i("VPSIGNB Y2, Y3, Y3")
-			g.i("VPMADDUBSW Y3, Y4, Y4")
 		} else {
 			// The 16 bytes in both halves, the high half's dwords shifted
 			// right by 4 (Y11), then masked: low nibbles below, high
@@ -84,10 +113,35 @@ func (x x86) qdotRows(g *gen, q qtype) {
 			g.i("VBROADCASTI128 %s, Y2", mem(2))
 			g.i("VPSRLVD Y11, Y2, Y2")
 			g.i("VPAND Y13, Y2, Y2")
-			g.i("VPMADDUBSW %d(SI), Y2, Y4", 64*k)
+			u = 2
+			if vnni == "AVXVNNI" {
+				g.i("VMOVDQU %d(SI), Y3", 64*k)
+			}
 		}
-		g.i("VPMADDWD Y14, Y4, Y4")
-		g.i("VCVTDQ2PS Y4, Y4")
+		switch vnni {
+		case "":
+			if q.name == "Q8_0" {
+				g.i("VPMADDUBSW Y3, Y4, Y4")
+			} else {
+				g.i("VPMADDUBSW %d(SI), Y2, Y4", 64*k)
+			}
+			g.i("VPMADDWD Y14, Y4, Y4")
+			g.i("VCVTDQ2PS Y4, Y4")
+		case "AVXVNNI":
+			g.i("VPXOR Y6, Y6, Y6")
+			g.i(vpdpbusdVEX(6, u, sx))
+			g.i("VCVTDQ2PS Y6, Y4")
+		case "AVX512VNNI":
+			g.i("VPXOR Y6, Y6, Y6")
+			if q.name == "Q8_0" {
+				g.i("VPDPBUSD Y%d, Y%d, Y6", sx, u)
+			} else {
+				g.i("VPDPBUSD %d(SI), Y%d, Y6", 64*k, u)
+			}
+			g.i("VCVTDQ2PS Y6, Y4")
+		default:
+			panic("qdotRows: vnni " + vnni)
+		}
 		g.i("MOVWLZX %s, R13", mem(0))
 		g.i("VBROADCASTSS (R14)(R13*4), Y5") // d_w
 		if q.name == "Q4_0" {
