@@ -2,7 +2,11 @@
 
 package kernels
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // neonSet uses only baseline ARMv8.0 Advanced SIMD (FCVTL for F16, so no
 // FEAT_FP16 is needed).
@@ -28,24 +32,27 @@ var neonSet = &kernelSet{
 	qaxpy4:    [2]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON},
 }
 
-// qaxpy4 on NEON: four qaxpyRows rows (no four-row NEON form yet).
-func qaxpy4Q8_0NEON(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
-	qaxpyRowsQ8_0NEON(dst, w0, 0, nil, &a0, nb, 1, 0)
-	qaxpyRowsQ8_0NEON(dst, w1, 0, nil, &a1, nb, 1, 0)
-	qaxpyRowsQ8_0NEON(dst, w2, 0, nil, &a2, nb, 1, 0)
-	qaxpyRowsQ8_0NEON(dst, w3, 0, nil, &a3, nb, 1, 0)
-}
+// dotprodSet is neonSet with the decode dots of block-quantized rows done
+// by SDOT (FEAT_DotProd, HWCAP asimddp).
+var dotprodSet = func() *kernelSet {
+	c := *neonSet
+	c.name = "dotprod"
+	c.features = []string{"asimd", "asimddp"}
+	c.qdotRows = [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD}
+	return &c
+}()
 
-func qaxpy4Q4_0NEON(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
-	qaxpyRowsQ4_0NEON(dst, w0, 0, nil, &a0, nb, 1, 0)
-	qaxpyRowsQ4_0NEON(dst, w1, 0, nil, &a1, nb, 1, 0)
-	qaxpyRowsQ4_0NEON(dst, w2, 0, nil, &a2, nb, 1, 0)
-	qaxpyRowsQ4_0NEON(dst, w3, 0, nil, &a3, nb, 1, 0)
+// archSets returns the SIMD sets of this CPU, best first: ASIMD is baseline
+// on arm64; the dot product instructions are announced by the kernel's
+// HWCAP (golang.org/x/sys/cpu reads it; under qemu-aarch64-static, the
+// -cpu model's).
+func archSets() []*kernelSet {
+	if cpu.ARM64.HasASIMDDP {
+		return []*kernelSet{dotprodSet, neonSet}
+	}
+	return []*kernelSet{neonSet}
 }
-
-// archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.
-func archSets() []*kernelSet { return []*kernelSet{neonSet} }
 
 // declaredSets lists every set built for this architecture, whether or not
 // this CPU runs it.
-var declaredSets = []*kernelSet{neonSet}
+var declaredSets = []*kernelSet{dotprodSet, neonSet}

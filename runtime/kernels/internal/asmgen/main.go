@@ -981,7 +981,9 @@ func arm64(g *gen) {
 	}
 	neonGemmT(g, tt, tc)
 	for _, q := range qtypes {
-		neonQDotRows(g, q)
+		neonQDotRows(g, q, false)
+		neonQDotRows(g, q, true)
+		neonQAxpy4(g, q)
 		neonQAxpyRows(g, q)
 		neonQCvt(g, q)
 	}

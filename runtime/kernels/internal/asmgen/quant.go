@@ -413,12 +413,23 @@ func neonQDequant(g *gen, q qtype) {
 	}
 }
 
+// sdot is SDOT Vd.4S, Vn.16B, Vm.16B (FEAT_DotProd): each int32 lane of Vd
+// adds the four products of the signed bytes in its lane of Vn and Vm.
+func sdot(d, n, m int) string {
+	return word(0x4E809400|m<<16|n<<5|d, "SDOT V%d.4S, V%d.16B, V%d.16B", d, n, m)
+}
+
 // neonQDotRows is qdotRows (x86's) for NEON: per block, SMULL/SMLAL2 pair
 // the int8 products into int16 (|sum| ≤ 2·128·127), SADDLP/SADALP add them
 // into int32, SCVTF and a multiply-add by d_w·d_x (d_x at +32 in the 64-byte
-// x block) accumulate.
-func neonQDotRows(g *gen, q qtype) {
+// x block) accumulate. With dotprod (the "DOTPROD" form, ARMv8.2's
+// FEAT_DotProd: Cortex-A55/A75 and later, the Orin's A78AE), two SDOT into a
+// zeroed register take the place of those six instructions.
+func neonQDotRows(g *gen, q qtype, dotprod bool) {
 	name := "qdotRows" + q.name + "NEON"
+	if dotprod {
+		name = "qdotRows" + q.name + "DOTPROD"
+	}
 	neonText(g, name, 72, "(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)")
 	g.i("MOVD w+0(FP), R0")
 	g.i("MOVD stride+8(FP), R1")
@@ -442,12 +453,18 @@ func neonQDotRows(g *gen, q qtype) {
 	neonQScale(g, 21)
 	neonQWeights(g, q)
 	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
-	g.i(smull(6, 0, 2))
-	g.i(smlal2(6, 0, 2))
-	g.i(smull(7, 1, 3))
-	g.i(smlal2(7, 1, 3))
-	g.i(saddlp(6, 6))
-	g.i(sadalp(6, 7))
+	if dotprod {
+		g.i("VEOR V6.B16, V6.B16, V6.B16")
+		g.i(sdot(6, 0, 2))
+		g.i(sdot(6, 1, 3))
+	} else {
+		g.i(smull(6, 0, 2))
+		g.i(smlal2(6, 0, 2))
+		g.i(smull(7, 1, 3))
+		g.i(smlal2(7, 1, 3))
+		g.i(saddlp(6, 6))
+		g.i(sadalp(6, 7))
+	}
 	g.i(scvtfV(6, 6))
 	g.i("VFMLA V20.S4, V6.S4, V16.S4")
 	g.i("ADD $%d, R9, R9", q.bb)
@@ -508,6 +525,53 @@ func neonQAxpyRows(g *gen, q qtype) {
 	g.i("BNE blk")
 	g.p("skip:")
 	neonRowNext(g)
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// neonQAxpy4 is qaxpy4 for NEON: dst[e] += Σ_{r<4} a_r·w_r[e], each block
+// of dst (32 floats, V16–V19 and V24–V27) loaded and stored once per four
+// rows, the rows' blocks dequantized in registers; p0..p3 prefetched at the
+// same pace. The accumulation of down_proj.weight_t's neuron rows (AddRows).
+func neonQAxpy4(g *gen, q qtype) {
+	name := "qaxpy4" + q.name + "NEON"
+	neonText(g, name, 96, "(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)")
+	g.i("MOVD dst+0(FP), R4")
+	for r := 0; r < 4; r++ {
+		g.i("MOVD w%d+%d(FP), R%d", r, 8+8*r, r)
+		g.i("MOVD p%d+%d(FP), R%d", r, 40+8*r, 10+r)
+	}
+	aregs := []int{21, 22, 23, 28}
+	for r, f := range aregs {
+		g.i("FMOVS a%d+%d(FP), F%d", r, 72+4*r, f)
+	}
+	g.i("MOVD nb+88(FP), R5")
+	neonQConsts(g)
+	g.i("CBZ R5, done")
+	g.p("blk:")
+	g.i("VLD1.P 64(R4), [V16.S4, V17.S4, V18.S4, V19.S4]")
+	g.i("VLD1 (R4), [V24.S4, V25.S4, V26.S4, V27.S4]")
+	g.i("SUB $64, R4, R4")
+	for r := 0; r < 4; r++ {
+		g.i("PRFM (R%d), PLDL1KEEP", 10+r)
+		g.i("ADD $%d, R%d, R%d", q.bb, 10+r, 10+r)
+		g.i("MOVD R%d, R9", r)
+		neonQScale(g, aregs[r])
+		neonQDequant(g, q)
+		for k := 0; k < 8; k++ {
+			acc := 16 + k
+			if k >= 4 {
+				acc = 24 + k - 4
+			}
+			g.i("VFMLA V20.S4, V%d.S4, V%d.S4", 8+k, acc)
+		}
+		g.i("ADD $%d, R%d, R%d", q.bb, r, r)
+	}
+	g.i("VST1.P [V16.S4, V17.S4, V18.S4, V19.S4], 64(R4)")
+	g.i("VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R4)")
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
 	g.p("done:")
 	g.i("RET")
 	g.p("")
