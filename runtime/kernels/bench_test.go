@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/selectinfer/sinf/format"
 )
@@ -257,45 +258,71 @@ func BenchmarkMatMulRowsT(b *testing.B) {
 	})
 }
 
-// BenchmarkQuantDotSets times each runnable set's raw qdotRows on 256 rows
-// of 2048 weights that stay in L2 (Q8_0 544 KiB, Q4_0 288 KiB), so that the
-// instructions, not memory, set the pace: the per-operation measurement that
-// picks a set's integer dot product. B/s is weight bytes; cpu-ns/op is the
-// thread's own CPU time per call (Linux; steadier than ns/op on a shared
-// machine, where the thread waits for a CPU between its slices).
+// BenchmarkRawSets times each runnable set's raw decode kernels on rows that
+// stay in L2 (128 rows of 2048 weights: 1 MiB of F32, 512 KiB of F16/BF16,
+// 272 KiB of Q8_0, 144 KiB of Q4_0), so that the instructions, not memory,
+// set the pace: the per-operation measurement that picks each set's kernels
+// (a wide form that loses takes the narrower one; isa_amd64.go records the
+// choices). dotRows and qdotRows are the decode dots (gate/up_proj,
+// attention, the LM head), axpy4 and qaxpy4 the neuron-row accumulation of
+// down_proj.weight_t. B/s is weight bytes; cpu-ns/op is the thread's own CPU
+// time per call (Linux; steadier than ns/op on a shared machine, where the
+// thread waits for a CPU between its slices).
 //
-//	go test -run '^$' -bench QuantDotSets -count 5 ./runtime/kernels/
-func BenchmarkQuantDotSets(b *testing.B) {
-	const rows, cols = 256, 2048
-	for _, d := range quantDTypes {
+//	go test -run '^$' -bench RawSets ./runtime/kernels/
+func BenchmarkRawSets(b *testing.B) {
+	const rows, cols = 128, 2048
+	x := benchVec(cols)
+	nb := cols / 32
+	xq, xd := make([]int8, 64*nb), make([]float32, 2*nb)
+	quantizeX(xq, xd, x)
+	dst := make([]float32, rows)
+	acc := make([]float32, cols)
+	a := benchVec(rows)
+	for _, d := range append(weightDTypes, quantDTypes...) {
 		w := benchMat(benchShape{"l2", rows, cols}, d)
-		x := benchVec(cols)
-		nb := cols / 32
-		xq, xd := make([]int8, 64*nb), make([]float32, 2*nb)
-		quantizeX(xq, xd, x)
-		dst := make([]float32, rows)
+		base, rb := dataPtr(w), w.RowBytes()
+		row := func(r int) unsafe.Pointer { return unsafe.Add(base, r*rb) }
 		for _, ks := range kernelSets() {
-			b.Run(fmt.Sprintf("%v/%s", d, ks.name), func(b *testing.B) {
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				b.SetBytes(int64(len(w.Data)))
-				cpu0 := threadCPU()
-				for b.Loop() {
-					ks.qdotRows[qIndex(d)](dataPtr(w), w.RowBytes(), nil, &xq[0], &xd[0], nb, rows, &dst[0], 0)
+			var dot, axpy func()
+			if d.Quantized() {
+				q := qIndex(d)
+				dot = func() { ks.qdotRows[q](base, rb, nil, &xq[0], &xd[0], nb, rows, &dst[0], 0) }
+				axpy = func() {
+					for r := 0; r < rows; r += 4 {
+						ks.qaxpy4[q](&acc[0], row(r), row(r+1), row(r+2), row(r+3), row(r+4), row(r+5), row(r+6), row(r+7), a[r], a[r+1], a[r+2], a[r+3], nb)
+					}
 				}
-				if cpu := threadCPU() - cpu0; cpu > 0 {
-					b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+			} else {
+				i := dtIndex(d)
+				dot = func() { ks.dotRows[i](base, rb, nil, &x[0], cols, rows, &dst[0], 0) }
+				axpy = func() {
+					for r := 0; r < rows; r += 4 {
+						ks.axpy4[i](&acc[0], row(r), row(r+1), row(r+2), row(r+3), row(r+4), row(r+5), row(r+6), row(r+7), a[r], a[r+1], a[r+2], a[r+3], cols)
+					}
 				}
-			})
+			}
+			for _, op := range []struct {
+				name string
+				f    func()
+			}{{"dot", dot}, {"axpy", axpy}} {
+				b.Run(fmt.Sprintf("%s/%v/%s", op.name, d, ks.name), func(b *testing.B) {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					b.SetBytes(int64(len(w.Data)))
+					cpu0 := threadCPU()
+					for b.Loop() {
+						op.f()
+					}
+					if cpu := threadCPU() - cpu0; cpu > 0 {
+						b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+					}
+				})
+			}
 		}
 	}
 }
 
-// threadCPU returns the calling thread's CPU time so far in ns (0 where it
-// cannot be read): schedstat's time on a CPU.
-func threadCPU() int64 {
-	var r schedReader
-	defer r.close()
-	run, _, _ := r.read(gettid())
-	return run
-}
+// threadCPU returns the calling thread's CPU time so far in ns
+// (CLOCK_THREAD_CPUTIME_ID; 0 where it cannot be read).
+func threadCPU() int64 { return threadCPUTime() }

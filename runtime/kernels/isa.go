@@ -87,6 +87,9 @@ type kernelSet struct {
 	quantizeX func(xq *int8, xd *float32, x *float32, nb int)
 }
 
+// qdotFunc is the type of a set's qdotRows kernels.
+type qdotFunc = func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
 // dtIndex maps a weight dtype to its index in the kernel tables.
 func dtIndex(d format.DType) int {
 	switch d {

@@ -55,14 +55,40 @@ var avx512Set = &kernelSet{
 
 // The VNNI sets are the AVX2 and AVX-512 sets with the decode dots of the
 // block-quantized rows (qdotRows) done by VPDPBUSD: AVX-VNNI's VEX form
-// (emitted as bytes: Go's assembler has only the EVEX one) and
-// AVX512-VNNI's EVEX form on 256-bit registers (AVX512VL). The 256-bit EVEX
-// form, not a 512-bit one: a block is 32 weights, one YMM, and a ZMM form
-// would need two blocks' scales per register.
+// (emitted as bytes: Go's assembler has only the EVEX one) or AVX512-VNNI's
+// EVEX form on 256-bit registers (AVX512VL). 256-bit, not 512: a block is 32
+// weights, one YMM, and a ZMM form would need two blocks' scales per
+// register.
+//
+// Measured per operation (BenchmarkRawSets, CPU time per call, L2-resident
+// rows, AMD EPYC Zen 5 VM with both VNNI forms, 15 alternating rounds at load
+// 20, medians): Q8_0 dot AVX2 7.19 µs, VEX VNNI 6.86, EVEX VNNI 7.65; Q4_0
+// 7.59, 7.38, 7.55 — the integer product is not what bounds these kernels
+// (the per-block scale is), so VNNI gains ≤ 5%. The EVEX form lost to the VEX
+// one, so avx512vnni takes the VEX dots where the CPU has AVX-VNNI and the
+// EVEX ones only where it has AVX512-VNNI alone (Ice Lake server, Zen 4).
+// The AVX-512 set's other kernels were 1.1–2.0× faster than AVX2's there (F16
+// dot 6.2 against 12.5 µs, F16 axpy 7.0 against 13.9), none slower.
 var (
-	avxvnniSet    = withVNNI(avx2Set, "avxvnni", qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI)
+	avxvnniSet = withVNNI(avx2Set, "avxvnni", qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI)
+	// avx512vnniSet's dots are the EVEX ones here; archSets swaps in the VEX
+	// ones on a CPU with AVX-VNNI.
 	avx512vnniSet = withVNNI(avx512Set, "avx512vnni", qdotRowsQ8_0AVX512VNNI, qdotRowsQ4_0AVX512VNNI)
 )
+
+// qdotVariants lists the raw qdotRows forms this CPU runs, by name, so that
+// TestQuantRawDot checks those no set of this CPU uses too.
+func qdotVariants() map[string][2]qdotFunc {
+	v := map[string][2]qdotFunc{}
+	x := cpu.X86
+	if x.HasAVXVNNI {
+		v["avxvnni"] = [2]qdotFunc{qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI}
+	}
+	if x.HasAVX512VL && x.HasAVX512VNNI {
+		v["avx512vnni-evex"] = [2]qdotFunc{qdotRowsQ8_0AVX512VNNI, qdotRowsQ4_0AVX512VNNI}
+	}
+	return v
+}
 
 func init() {
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
@@ -73,10 +99,10 @@ func init() {
 
 // withVNNI returns a copy of ks named name with the integer dot products q8
 // and q4 for Q8_0 and Q4_0 rows.
-func withVNNI(ks *kernelSet, name string, q8, q4 func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)) *kernelSet {
+func withVNNI(ks *kernelSet, name string, q8, q4 qdotFunc) *kernelSet {
 	c := *ks
 	c.name = name
-	c.qdotRows = [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){q8, q4}
+	c.qdotRows = [2]qdotFunc{q8, q4}
 	return &c
 }
 
@@ -92,6 +118,9 @@ func archSets() []*kernelSet {
 	}
 	if x.HasAVX512F && x.HasAVX512BW {
 		if x.HasAVX512VL && x.HasAVX512VNNI {
+			if x.HasAVXVNNI { // the faster form (above)
+				avx512vnniSet.qdotRows = avxvnniSet.qdotRows
+			}
 			s = append(s, avx512vnniSet)
 		}
 		s = append(s, avx512Set)

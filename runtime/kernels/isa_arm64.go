@@ -56,3 +56,7 @@ func archSets() []*kernelSet {
 // declaredSets lists every set built for this architecture, whether or not
 // this CPU runs it.
 var declaredSets = []*kernelSet{dotprodSet, neonSet}
+
+// qdotVariants lists the raw qdotRows forms this CPU runs beyond its sets'
+// (none here).
+func qdotVariants() map[string][2]qdotFunc { return nil }

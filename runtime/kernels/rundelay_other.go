@@ -10,3 +10,5 @@ func (r *schedReader) read(tid int64) (run, wait int64, ok bool) { return 0, 0, 
 func (r *schedReader) close() {}
 
 func gettid() int64 { return 0 }
+
+func threadCPUTime() int64 { return 0 }
