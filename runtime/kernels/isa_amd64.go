@@ -71,7 +71,7 @@ var avx512Set = &kernelSet{
 // dot 6.2 against 12.5 µs, F16 axpy 7.0 against 13.9), none slower.
 var (
 	avxvnniSet = withVNNI(avx2Set, "avxvnni", qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI)
-	// avx512vnniSet's dots are the EVEX ones here; archSets swaps in the VEX
+	// avx512vnniSet's dots are the EVEX ones here; init swaps in the VEX
 	// ones on a CPU with AVX-VNNI.
 	avx512vnniSet = withVNNI(avx512Set, "avx512vnni", qdotRowsQ8_0AVX512VNNI, qdotRowsQ4_0AVX512VNNI)
 )
@@ -91,6 +91,9 @@ func qdotVariants() map[string][2]qdotFunc {
 }
 
 func init() {
+	if cpu.X86.HasAVXVNNI { // the faster form (above)
+		avx512vnniSet.qdotRows = avxvnniSet.qdotRows
+	}
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
 	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")
@@ -118,9 +121,6 @@ func archSets() []*kernelSet {
 	}
 	if x.HasAVX512F && x.HasAVX512BW {
 		if x.HasAVX512VL && x.HasAVX512VNNI {
-			if x.HasAVXVNNI { // the faster form (above)
-				avx512vnniSet.qdotRows = avxvnniSet.qdotRows
-			}
 			s = append(s, avx512vnniSet)
 		}
 		s = append(s, avx512Set)
