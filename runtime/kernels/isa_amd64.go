@@ -91,13 +91,14 @@ func qdotVariants() map[string][2]qdotFunc {
 }
 
 func init() {
-	if cpu.X86.HasAVXVNNI { // the faster form (above)
-		avx512vnniSet.qdotRows = avxvnniSet.qdotRows
-	}
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
 	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")
 	avx512vnniSet.features = append(slices.Clone(avx512Set.features), "avx512vl", "avx512_vnni")
+	if cpu.X86.HasAVXVNNI { // the faster form (above)
+		avx512vnniSet.qdotRows = avxvnniSet.qdotRows
+		avx512vnniSet.features = append(slices.Clone(avx512Set.features), "avx_vnni")
+	}
 }
 
 // withVNNI returns a copy of ks named name with the integer dot products q8
