@@ -103,6 +103,9 @@ func TestAdapt(t *testing.T) {
 // when its own threads wait a third of their runnable time (one core of two
 // busy).
 func TestAdaptOwnThreads(t *testing.T) {
+	if gettid() == 0 {
+		t.Skip("no thread ids here (not Linux)")
+	}
 	runtime.LockOSThread() // the caller's thread stays one for the test
 	defer runtime.UnlockOSThread()
 	p := NewPool(3)
