@@ -18,6 +18,7 @@ import (
 
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/cmd/internal/serve"
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 func newApp() *cli.App {
@@ -47,6 +48,10 @@ func newApp() *cli.App {
 }
 
 func main() {
+	if err := kernels.EnvError(); err != nil { // a mistyped SINF_KERNELS is not a silent fallback
+		fmt.Fprintln(os.Stderr, "sinf-run:", err)
+		os.Exit(2)
+	}
 	app := newApp()
 	runcmd.Strict(app)
 	if err := app.Run(os.Args); err != nil {

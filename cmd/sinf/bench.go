@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -108,9 +109,10 @@ type benchReport struct {
 	Alpha              float64   `json:"alpha,omitempty"`
 	Threads            int       `json:"threads"`
 	Busy               int       `json:"busy,omitempty"` // competing busy loops (--busy)
-	ISA                string    `json:"isa"`
-	DType              string    `json:"dtype"`         // the FFN weights' (layer 0's gate_proj)
-	LMHeadDType        string    `json:"lm_head_dtype"` // the output projection's
+	ISA                string    `json:"isa"`            // the kernel set (kernels.ISA; $SINF_KERNELS picks another)
+	CPUFeatures        []string  `json:"cpu_features"`   // the CPU features that set uses, as /proc/cpuinfo names them
+	DType              string    `json:"dtype"`          // the FFN weights' (layer 0's gate_proj)
+	LMHeadDType        string    `json:"lm_head_dtype"`  // the output projection's
 	PromptTokens       int       `json:"prompt_tokens"`
 	GenTokens          int       `json:"gen_tokens"`
 	Repeat             int       `json:"repeat"`
@@ -162,7 +164,7 @@ func benchPrompt(n, vocab int) []int {
 // read bandwidth of pool.
 func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt benchOptions) (*benchReport, error) {
 	m := l.Model
-	rep := &benchReport{Model: l.Path, Kind: l.Kind, Mode: sp.Mode.String(), Threads: pool.Threads(), ISA: kernels.ISA(),
+	rep := &benchReport{Model: l.Path, Kind: l.Kind, Mode: sp.Mode.String(), Threads: pool.Threads(), ISA: kernels.ISA(), CPUFeatures: kernels.Features(),
 		PromptTokens: opt.Prompt, GenTokens: opt.Gen, Repeat: opt.Repeat, MappedBytes: l.MappedBytes,
 		LMHeadDType: m.LMHead.DType.String()}
 	if len(m.Layers) > 0 {
@@ -255,8 +257,8 @@ func printBench(w io.Writer, r *benchReport) {
 		mode += fmt.Sprintf(" (phi %g, alpha %g)", r.Phi, r.Alpha)
 	}
 	fmt.Fprintf(w, "model      %s (%s, %s mapped; weights %s, LM head %s)\n", r.Model, r.Kind, human(r.MappedBytes), r.DType, r.LMHeadDType)
-	fmt.Fprintf(w, "run        mode %s, %d threads, kernels %s; prompt %d tokens, %d decode steps, median of %d runs\n",
-		mode, r.Threads, r.ISA, r.PromptTokens, r.GenTokens, r.Repeat)
+	fmt.Fprintf(w, "run        mode %s, %d threads, kernels %s (%s); prompt %d tokens, %d decode steps, median of %d runs\n",
+		mode, r.Threads, r.ISA, strings.Join(r.CPUFeatures, " "), r.PromptTokens, r.GenTokens, r.Repeat)
 	if r.Busy > 0 {
 		fmt.Fprintf(w, "load       %d busy-loop processes ran beside it (--busy)\n", r.Busy)
 	}

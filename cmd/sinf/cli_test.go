@@ -209,6 +209,8 @@ func TestThreadsLimits(t *testing.T) {
 	require.NoError(t, json.Unmarshal(o.Bytes(), &r))
 	require.Equal(t, n, r.Threads)
 	require.Equal(t, 1, r.Busy)
+	require.Equal(t, kernels.ISA(), r.ISA)
+	require.Equal(t, kernels.Features(), r.CPUFeatures, "the features of the kernel set it ran")
 	require.Greater(t, r.ActiveThreads, 0.99)
 	require.LessOrEqual(t, r.ActiveThreads, float64(n))
 

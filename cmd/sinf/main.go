@@ -16,6 +16,7 @@ import (
 
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 func main() {
@@ -29,6 +30,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sinf: %v: stopped, no output written\n", s)
 		os.Exit(130)
 	}()
+	if err := kernels.EnvError(); err != nil { // a mistyped SINF_KERNELS is not a silent fallback
+		fmt.Fprintln(os.Stderr, "sinf:", err)
+		os.Exit(2)
+	}
 	if err := newApp().Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "sinf:", err)
 		os.Exit(1)

@@ -8,27 +8,45 @@ import "time"
 // them, and a slice taken from the calling thread stalls the whole call: on a
 // 2-core machine with one core busy, two threads decoded 15–20% slower than
 // one. So the caller measures, over windows of adaptWindow, how long the
-// process's threads were runnable but waiting for a CPU (Linux schedstat's
-// run delay, summed over threads). Two windows in a row whose wait exceeds
-// adaptWait of their length mean the CPUs are oversubscribed: the pool then wakes one
-// worker fewer for its calls (never fewer than the caller). After adaptProbe
-// quiet windows it tries one more again, up to its size. The chunks stay
-// those of the full pool, so results do not depend on it. Where the run
-// delay cannot be read (not Linux, or a kernel without schedstat), the pool
-// keeps all its threads.
+// pool's own threads (its workers, each locked to its OS thread, and the
+// caller's current thread) were runnable but waiting for a CPU, as a fraction
+// of the time they were runnable at all (Linux schedstat: run delay ÷ (time
+// on a CPU + run delay), summed over those threads). Two windows in a row
+// whose fraction exceeds adaptWait mean the CPUs are oversubscribed: the pool
+// then wakes one worker fewer for its calls (never fewer than the caller).
+// After adaptProbe quiet windows it tries one more again, up to its size. The
+// chunks stay those of the full pool, so results do not depend on it. Where
+// the times cannot be read (not Linux, or a kernel without schedstat), the
+// pool keeps all its threads.
 //
-// Measured on a 2-core VM: idle, the threads of a 2-thread decode wait about
-// 0.03 of a window in all; with a busy loop on one core, 0.7 with both
-// threads and 0.15 with one. Windows of 10 ms rather than 50 ms let short runs
-// adapt too (the embedded model's 64-token decode beside a busy loop: 2
-// threads at 0.85× of one, against 0.5–0.9×) and cost one read of
-// /proc/self/task per window (29 µs, 0 allocations: BenchmarkRunDelayRead),
-// 0.3% of a window.
+// Only the pool's threads count. The process's other threads (the Go
+// runtime's sysmon and idle Ms, a server's goroutines' threads, the
+// benchmark's timers) wake briefly and wait for a CPU exactly because the
+// pool's threads use every one: an earlier signal summed the run delay of
+// every thread of the process against the window's length, and on a free
+// 2-core VM it woke 1.0–1.5 of 2 threads on average in dense decode (issue
+// 28). Dividing by the pool's runnable time, not the window, makes a parked
+// worker count for nothing instead of for quiet.
+//
+// With all CPUs free, the pool's threads wait only while a kernel or runtime
+// thread preempts them (a few % of their runnable time); with one core of two
+// busy, three threads share two CPUs and each waits about a third of the time
+// it is runnable. adaptWait lies between. Windows of 10 ms let short runs
+// adapt too and cost one schedstat read per pool thread per window (35 µs
+// for a 2-thread pool on a loaded 2-core VM, 0.35% of a window; 0
+// allocations: BenchmarkRunDelayRead).
 const (
 	adaptWindow = 10 * time.Millisecond
-	adaptWait   = 0.3
+	adaptWait   = 0.15
 	adaptProbe  = 100 // quiet windows before trying one more worker (1 s)
+	// minRunnable: a window whose pool threads were runnable for less than
+	// this in all (an idle pool between requests) is no evidence either way.
+	minRunnable = adaptWindow / 10
 )
+
+// threadTimes is the last schedstat reading of one of the pool's threads:
+// its id, time on a CPU and run delay, ns.
+type threadTimes struct{ tid, run, wait int64 }
 
 // adapt updates p.active at the end of each adaptWindow; run calls it before
 // each call.
@@ -36,19 +54,58 @@ func (p *Pool) adapt() {
 	if p.testFixed {
 		return
 	}
-	t := now()
-	if t-p.winStart < adaptWindow {
-		return
-	}
-	if d, ok := p.delay.read(); ok {
-		p.observe(t, d)
+	if t := now(); t-p.winStart >= adaptWindow {
+		p.adaptAt(t, gettid())
 	}
 }
 
-// observe ends a window at time t, when the threads' total run delay is d ns.
-func (p *Pool) observe(t time.Duration, d int64) {
+// adaptAt ends a window at time t, the caller running on thread caller.
+func (p *Pool) adaptAt(t time.Duration, caller int64) {
+	if p.readTimes(caller) {
+		p.observe(t, p.ran, p.waited)
+	}
+}
+
+// readTimes adds each pool thread's growth in time on a CPU and in run delay
+// since the last reading to p.ran and p.waited. A thread read for the first
+// time, or the caller on another thread than last time (a goroutine that
+// parked may resume on another), only sets its baseline. It returns false
+// when no thread's times could be read.
+func (p *Pool) readTimes(caller int64) bool {
+	read := false
+	for i := range p.last {
+		tid := caller
+		if i > 0 {
+			tid = p.tids[i-1].Load()
+		}
+		var run, wait int64
+		ok := false
+		if p.testSched != nil {
+			run, wait, ok = p.testSched(tid)
+		} else {
+			run, wait, ok = p.sched.read(tid)
+		}
+		l := &p.last[i]
+		if !ok {
+			l.tid = 0
+			continue
+		}
+		read = true
+		if l.tid == tid {
+			p.ran += max(run-l.run, 0)
+			p.waited += max(wait-l.wait, 0)
+		}
+		*l = threadTimes{tid, run, wait}
+	}
+	return read
+}
+
+// observe ends a window at time t, when the pool's threads have run ran ns
+// and waited waited ns in all (sums over readings).
+func (p *Pool) observe(t time.Duration, ran, waited int64) {
 	if p.winStart != 0 {
-		if float64(d-p.winDelay) > adaptWait*float64(t-p.winStart) {
+		dr, dw := ran-p.winRan, waited-p.winWaited
+		if runnable := dr + dw; runnable >= int64(minRunnable) && float64(dw) > adaptWait*float64(runnable) {
 			// Two windows in a row: one alone is often a page fault or a
 			// kernel thread.
 			if p.quiet < 0 {
@@ -60,5 +117,26 @@ func (p *Pool) observe(t time.Duration, d int64) {
 			p.quiet = 0
 		}
 	}
-	p.winStart, p.winDelay = t, d
+	p.winStart, p.winRan, p.winWaited = t, ran, waited
+}
+
+// parseSchedstat parses a schedstat line, "run_ns wait_ns slices\n": the
+// first two fields.
+func parseSchedstat(s []byte) (run, wait int64, ok bool) {
+	i := 0
+	field := func() (int64, bool) {
+		for i < len(s) && s[i] == ' ' {
+			i++
+		}
+		var v int64
+		got := false
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			v = v*10 + int64(s[i]-'0')
+			got = true
+		}
+		return v, got
+	}
+	run, ok1 := field()
+	wait, ok2 := field()
+	return run, wait, ok1 && ok2
 }

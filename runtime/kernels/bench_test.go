@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/selectinfer/sinf/format"
 )
@@ -258,3 +260,72 @@ func BenchmarkMatMulRowsT(b *testing.B) {
 		b.ReportMetric(2*float64(benchT*w.Rows*w.Cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
 }
+
+// BenchmarkRawSets times each runnable set's raw decode kernels on rows that
+// stay in L2 (128 rows of 2048 weights: 1 MiB of F32, 512 KiB of F16/BF16,
+// 272 KiB of Q8_0, 144 KiB of Q4_0), so that the instructions, not memory,
+// set the pace: the per-operation measurement that picks each set's kernels
+// (a wide form that loses takes the narrower one; isa_amd64.go records the
+// choices). dotRows and qdotRows are the decode dots (gate/up_proj,
+// attention, the LM head), axpy4 and qaxpy4 the neuron-row accumulation of
+// down_proj.weight_t. B/s is weight bytes; cpu-ns/op is the thread's own CPU
+// time per call (Linux; steadier than ns/op on a shared machine, where the
+// thread waits for a CPU between its slices).
+//
+//	go test -run '^$' -bench RawSets ./runtime/kernels/
+func BenchmarkRawSets(b *testing.B) {
+	const rows, cols = 128, 2048
+	x := benchVec(cols)
+	nb := cols / 32
+	xq, xd := make([]int8, 64*nb), make([]float32, 2*nb)
+	quantizeX(xq, xd, x)
+	dst := make([]float32, rows)
+	acc := make([]float32, cols)
+	a := benchVec(rows)
+	for _, d := range append(weightDTypes, quantDTypes...) {
+		w := benchMat(benchShape{"l2", rows, cols}, d)
+		base, rb := dataPtr(w), w.RowBytes()
+		row := func(r int) unsafe.Pointer { return unsafe.Add(base, r*rb) }
+		for _, ks := range kernelSets() {
+			var dot, axpy func()
+			if d.Quantized() {
+				q := qIndex(d)
+				dot = func() { ks.qdotRows[q](base, rb, nil, &xq[0], &xd[0], nb, rows, &dst[0], 0) }
+				axpy = func() {
+					for r := 0; r < rows; r += 4 {
+						ks.qaxpy4[q](&acc[0], row(r), row(r+1), row(r+2), row(r+3), row(r+4), row(r+5), row(r+6), row(r+7), a[r], a[r+1], a[r+2], a[r+3], nb)
+					}
+				}
+			} else {
+				i := dtIndex(d)
+				dot = func() { ks.dotRows[i](base, rb, nil, &x[0], cols, rows, &dst[0], 0) }
+				axpy = func() {
+					for r := 0; r < rows; r += 4 {
+						ks.axpy4[i](&acc[0], row(r), row(r+1), row(r+2), row(r+3), row(r+4), row(r+5), row(r+6), row(r+7), a[r], a[r+1], a[r+2], a[r+3], cols)
+					}
+				}
+			}
+			for _, op := range []struct {
+				name string
+				f    func()
+			}{{"dot", dot}, {"axpy", axpy}} {
+				b.Run(fmt.Sprintf("%s/%v/%s", op.name, d, ks.name), func(b *testing.B) {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					b.SetBytes(int64(len(w.Data)))
+					cpu0 := threadCPU()
+					for b.Loop() {
+						op.f()
+					}
+					if cpu := threadCPU() - cpu0; cpu > 0 {
+						b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+					}
+				})
+			}
+		}
+	}
+}
+
+// threadCPU returns the calling thread's CPU time so far in ns
+// (CLOCK_THREAD_CPUTIME_ID; 0 where it cannot be read).
+func threadCPU() int64 { return threadCPUTime() }

@@ -106,6 +106,12 @@ func gemmTF32AVX2(w unsafe.Pointer, wstride int, a *float32, astride int, dst *f
 func qdotRowsQ8_0AVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 
 //go:noescape
+func qdotRowsQ8_0AVXVNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ8_0AVX512VNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
 func qaxpy4Q8_0AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 
 //go:noescape
@@ -113,6 +119,12 @@ func qcvtQ8_0AVX2(dst *float32, src unsafe.Pointer, nb int)
 
 //go:noescape
 func qdotRowsQ4_0AVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ4_0AVXVNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ4_0AVX512VNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 
 //go:noescape
 func qaxpy4Q4_0AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)

@@ -3,7 +3,10 @@ package kernels
 //go:generate go run ./internal/asmgen
 
 import (
+	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/selectinfer/sinf/format"
@@ -16,12 +19,15 @@ import (
 // pointers need no alignment.
 type kernelSet struct {
 	name string
-	blk  int // element multiple of dot4, dot1, axpy4, axpy1, cvt
-	gblk int // element multiple of gemm
-	gr   int // gemm micro-kernel rows
-	gt   int // gemm micro-kernel tokens
-	tt   int // gemmT micro-kernel tokens
-	tc   int // gemmT micro-kernel columns
+	// features lists the CPU features the set uses, as Linux's
+	// /proc/cpuinfo flags name them (arm64: its Features names).
+	features []string
+	blk      int // element multiple of dot4, dot1, axpy4, axpy1, cvt
+	gblk     int // element multiple of gemm
+	gr       int // gemm micro-kernel rows
+	gt       int // gemm micro-kernel tokens
+	tt       int // gemmT micro-kernel tokens
+	tc       int // gemmT micro-kernel columns
 
 	// dot4 returns the dot products of the n-element rows w0..w3 with x,
 	// prefetching the rows p0..p3 (the ones the caller reads next) as it goes.
@@ -81,6 +87,9 @@ type kernelSet struct {
 	quantizeX func(xq *int8, xd *float32, x *float32, nb int)
 }
 
+// qdotFunc is the type of a set's qdotRows kernels.
+type qdotFunc = func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
 // dtIndex maps a weight dtype to its index in the kernel tables.
 func dtIndex(d format.DType) int {
 	switch d {
@@ -130,23 +139,49 @@ func kernelSets() []*kernelSet { return append(archSets(), genericSet) }
 
 // active is the set the kernels use; each call reads it once, on the calling
 // goroutine, and hands it to the workers inside the job. It is the best set
-// of this CPU, or the one named by $SINF_KERNELS (avx512, avx2, neon, generic)
-// when this CPU has it: a switch for debugging and measuring, never needed.
-var active = chooseSet(os.Getenv("SINF_KERNELS"))
+// of this CPU, or the one named by $SINF_KERNELS (for measuring; never
+// needed). envErr is the error of a name that is not a set this CPU runs:
+// the kernels then use the best set, and the commands refuse to start
+// (EnvError).
+var active, envErr = chooseSet(os.Getenv("SINF_KERNELS"))
 
-func chooseSet(name string) *kernelSet {
+// chooseSet returns the set named name ("" the best of this CPU), or the
+// best one and an error naming SINF_KERNELS and the valid names when this
+// CPU runs no set of that name.
+func chooseSet(name string) (*kernelSet, error) {
 	sets := kernelSets()
+	if name == "" {
+		return sets[0], nil
+	}
+	var here []string
 	for _, ks := range sets {
 		if ks.name == name {
-			return ks
+			return ks, nil
+		}
+		here = append(here, ks.name)
+	}
+	for _, ks := range declaredSets {
+		if ks.name == name {
+			return sets[0], fmt.Errorf("SINF_KERNELS=%s: this CPU lacks a feature of that kernel set (it uses %s); this CPU runs %s",
+				name, strings.Join(ks.features, ", "), strings.Join(here, ", "))
 		}
 	}
-	return sets[0]
+	return sets[0], fmt.Errorf("SINF_KERNELS=%s: no such kernel set; this CPU runs %s (unset SINF_KERNELS for the best, %s)",
+		name, strings.Join(here, ", "), sets[0].name)
 }
 
-// ISA names the instruction set the kernels run on: "avx512", "avx2", "neon"
-// or "generic".
+// EnvError returns the error of $SINF_KERNELS when it names no kernel set
+// this CPU runs (nil when it is unset or valid). The commands check it at
+// start-up, so that a mistyped name is not a silent fallback.
+func EnvError() error { return envErr }
+
+// ISA names the kernel set the kernels run on: "avx512vnni", "avx512",
+// "avxvnni", "avx2", "dotprod", "neon" or "generic".
 func ISA() string { return active.name }
+
+// Features lists the CPU features the active kernel set uses, as
+// /proc/cpuinfo names them (none for the generic set).
+func Features() []string { return slices.Clone(active.features) }
 
 // useKernelSet makes ks the active set and returns a function restoring the
 // previous one. For tests and benchmarks; not safe while kernels run.

@@ -2,12 +2,16 @@
 
 package kernels
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // neonSet uses only baseline ARMv8.0 Advanced SIMD (FCVTL for F16, so no
 // FEAT_FP16 is needed).
 var neonSet = &kernelSet{
-	name: "neon", blk: blkNEON, gblk: gblkNEON, gr: grNEON, gt: gtNEON, tt: ttNEON, tc: tcNEON,
+	name: "neon", features: []string{"asimd"}, blk: blkNEON, gblk: gblkNEON, gr: grNEON, gt: gtNEON, tt: ttNEON, tc: tcNEON,
 	dot4:      [3]func(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32){dot4F32NEON, dot4F16NEON, dot4BF16NEON},
 	dot1:      [3]func(w unsafe.Pointer, x *float32, n int) float32{dot1F32NEON, dot1F16NEON, dot1BF16NEON},
 	dotRows:   [3]func(w unsafe.Pointer, stride int, idx *int32, x *float32, n, m int, dst *float32, pf int){dotRowsF32NEON, dotRowsF16NEON, dotRowsBF16NEON},
@@ -28,24 +32,31 @@ var neonSet = &kernelSet{
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON},
 }
 
-// qaxpy4 on NEON: four qaxpyRows rows (no four-row NEON form yet).
-func qaxpy4Q8_0NEON(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
-	qaxpyRowsQ8_0NEON(dst, w0, 0, nil, &a0, nb, 1, 0)
-	qaxpyRowsQ8_0NEON(dst, w1, 0, nil, &a1, nb, 1, 0)
-	qaxpyRowsQ8_0NEON(dst, w2, 0, nil, &a2, nb, 1, 0)
-	qaxpyRowsQ8_0NEON(dst, w3, 0, nil, &a3, nb, 1, 0)
-}
+// dotprodSet is neonSet with the decode dots of block-quantized rows done
+// by SDOT (FEAT_DotProd, HWCAP asimddp).
+var dotprodSet = func() *kernelSet {
+	c := *neonSet
+	c.name = "dotprod"
+	c.features = []string{"asimd", "asimddp"}
+	c.qdotRows = [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD}
+	return &c
+}()
 
-func qaxpy4Q4_0NEON(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
-	qaxpyRowsQ4_0NEON(dst, w0, 0, nil, &a0, nb, 1, 0)
-	qaxpyRowsQ4_0NEON(dst, w1, 0, nil, &a1, nb, 1, 0)
-	qaxpyRowsQ4_0NEON(dst, w2, 0, nil, &a2, nb, 1, 0)
-	qaxpyRowsQ4_0NEON(dst, w3, 0, nil, &a3, nb, 1, 0)
+// archSets returns the SIMD sets of this CPU, best first: ASIMD is baseline
+// on arm64; the dot product instructions are announced by the kernel's
+// HWCAP (golang.org/x/sys/cpu reads it; under qemu-aarch64-static, the
+// -cpu model's).
+func archSets() []*kernelSet {
+	if cpu.ARM64.HasASIMDDP {
+		return []*kernelSet{dotprodSet, neonSet}
+	}
+	return []*kernelSet{neonSet}
 }
-
-// archSets returns the SIMD sets of this CPU: ASIMD is baseline on arm64.
-func archSets() []*kernelSet { return []*kernelSet{neonSet} }
 
 // declaredSets lists every set built for this architecture, whether or not
 // this CPU runs it.
-var declaredSets = []*kernelSet{neonSet}
+var declaredSets = []*kernelSet{dotprodSet, neonSet}
+
+// qdotVariants lists the raw qdotRows forms this CPU runs beyond its sets'
+// (none here).
+func qdotVariants() map[string][2]qdotFunc { return nil }

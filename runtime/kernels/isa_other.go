@@ -7,3 +7,6 @@ func archSets() []*kernelSet { return nil }
 
 // declaredSets lists every set built for this architecture.
 var declaredSets []*kernelSet
+
+// qdotVariants lists the raw qdotRows forms this CPU runs beyond its sets'.
+func qdotVariants() map[string][2]qdotFunc { return nil }

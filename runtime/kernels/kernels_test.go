@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,7 +107,9 @@ var (
 func TestSetsDetected(t *testing.T) {
 	sets := kernelSets()
 	require.Equal(t, "generic", sets[len(sets)-1].name)
-	require.Equal(t, chooseSet(os.Getenv("SINF_KERNELS")).name, ISA())
+	ks, err := chooseSet(os.Getenv("SINF_KERNELS"))
+	require.Equal(t, ks.name, ISA())
+	require.Equal(t, err, EnvError())
 	for _, ks := range sets {
 		t.Logf("kernel set %s (blk %d, gemm %dx%d/%d, gemmT %dx%d)", ks.name, ks.blk, ks.gr, ks.gt, ks.gblk, ks.tt, ks.tc)
 		require.LessOrEqual(t, ks.gr*ks.gt, 32)
@@ -717,13 +720,35 @@ func TestSetsComplete(t *testing.T) {
 				require.Positive(t, f.Int(), "set %s: %s", ks.name, name)
 			}
 		}
+		require.Equal(t, ks != genericSet, len(ks.features) > 0, "set %s: features %v", ks.name, ks.features)
 	}
 }
 
 func TestChooseSet(t *testing.T) {
-	require.Same(t, genericSet, chooseSet("generic"))
-	require.Same(t, kernelSets()[0], chooseSet(""))
-	require.Same(t, kernelSets()[0], chooseSet("no-such-set"))
+	sets := kernelSets()
+	for _, ks := range sets {
+		got, err := chooseSet(ks.name)
+		require.NoError(t, err)
+		require.Same(t, ks, got)
+	}
+	got, err := chooseSet("")
+	require.NoError(t, err)
+	require.Same(t, sets[0], got)
+	var names []string
+	for _, ks := range sets {
+		names = append(names, ks.name)
+	}
+	got, err = chooseSet("no-such-set")
+	require.Same(t, sets[0], got)
+	require.EqualError(t, err, fmt.Sprintf("SINF_KERNELS=no-such-set: no such kernel set; this CPU runs %s (unset SINF_KERNELS for the best, %s)",
+		strings.Join(names, ", "), sets[0].name))
+	for _, ks := range declaredSets {
+		if !slices.Contains(sets, ks) {
+			_, err := chooseSet(ks.name)
+			require.ErrorContains(t, err, "SINF_KERNELS="+ks.name+": this CPU lacks a feature of that kernel set")
+		}
+	}
+	require.Equal(t, active.features, Features())
 }
 
 func TestRowF32(t *testing.T) {

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -56,17 +57,27 @@ type Pool struct {
 	// does nothing, so a test's outcome does not depend on the machine's
 	// load.
 	testFixed bool
+	// testSched, when set (tests only, before the first call), replaces
+	// the schedstat reader: a thread's time on a CPU and run delay, ns.
+	testSched func(tid int64) (run, wait int64, ok bool)
 	parts     [][]float32 // AddRows' partial sums, one per chunk
 	scratch   []*scratch  // one per worker; [0] is the calling goroutine's
 	stats     PoolStats
+	// tids[i] is worker i+1's OS thread id (it is locked to it), 0 until
+	// the worker has started.
+	tids []atomic.Int64
 	// adapt's state (caller only): the threads woken for a call, the
 	// current window's start, quiet windows in a row (-1: the last window
-	// was not quiet).
-	active   int
-	winStart time.Duration
-	winDelay int64 // the threads' run delay at winStart, ns
-	quiet    int
-	delay    delayReader
+	// was not quiet), the last reading of each thread ([0]: the caller's),
+	// the growth of their times on a CPU and run delays summed over
+	// readings, and those sums at winStart, ns.
+	active            int
+	winStart          time.Duration
+	quiet             int
+	last              []threadTimes
+	ran, waited       int64
+	winRan, winWaited int64
+	sched             schedReader
 }
 
 // PoolStats counts what a pool's threads did, for benchmarks and tests.
@@ -164,7 +175,8 @@ func NewPool(n int) *Pool {
 		n = DefaultThreads()
 	}
 	p := &Pool{workers: n, active: n, parked: make([]atomic.Bool, n-1), wake: make([]chan struct{}, n-1),
-		finished: make(chan struct{}, 1), scratch: make([]*scratch, n)}
+		finished: make(chan struct{}, 1), scratch: make([]*scratch, n), tids: make([]atomic.Int64, n-1),
+		last: make([]threadTimes, n)}
 	for i := range p.scratch {
 		p.scratch[i] = new(scratch)
 	}
@@ -175,11 +187,15 @@ func NewPool(n int) *Pool {
 	return p
 }
 
-// worker i runs chunks of each call whose generation it sees. A fault on
-// a page of the weights (a mapped file truncated under the process) panics
-// instead of killing the process (debug.SetPanicOnFault), and doChunk hands
-// it to the caller.
+// worker i runs chunks of each call whose generation it sees, on an OS
+// thread of its own (runtime.LockOSThread), so that adapt can read that
+// thread's scheduler times; the thread ends with it. A fault on a page of
+// the weights (a mapped file truncated under the process) panics instead of
+// killing the process (debug.SetPanicOnFault), and doChunk hands it to the
+// caller.
 func (p *Pool) worker(i int) {
+	runtime.LockOSThread()
+	p.tids[i].Store(gettid())
 	debug.SetPanicOnFault(true)
 	s := p.scratch[i+1]
 	var seen uint64
@@ -283,7 +299,7 @@ func (p *Pool) Threads() int { return p.workers }
 
 // Close stops the workers. A kernel called on the pool afterwards panics.
 func (p *Pool) Close() {
-	p.delay.close()
+	p.sched.close()
 	p.closed.Store(true)
 	p.gen++
 	p.state.Store(p.gen << genShift)

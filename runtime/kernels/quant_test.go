@@ -157,11 +157,18 @@ func TestQuantMatVec(t *testing.T) {
 	})
 }
 
-// TestQuantRawDot compares each set's qdotRows with the generic one on the
+// TestQuantRawDot compares each set's qdotRows (and each raw form this CPU
+// runs that no set of it uses, qdotVariants) with the generic one on the
 // same int8 x: the integer sums are exact, so only float32 rounding differs.
 func TestQuantRawDot(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
-	for _, ks := range kernelSets() {
+	sets := kernelSets()
+	for name, dots := range qdotVariants() {
+		c := *genericSet
+		c.name, c.qdotRows = name, dots
+		sets = append(sets, &c)
+	}
+	for _, ks := range sets {
 		for _, dt := range quantDTypes {
 			q, be := qIndex(dt), blockElems(dt)
 			for _, nb := range []int{1, 2, 3, 18, 64} {

@@ -2,9 +2,13 @@
 
 package kernels
 
-// delayReader is not available here: the pool keeps all its threads.
-type delayReader struct{}
+// schedReader is not available here: the pool keeps all its threads.
+type schedReader struct{}
 
-func (r *delayReader) read() (int64, bool) { return 0, false }
+func (r *schedReader) read(tid int64) (run, wait int64, ok bool) { return 0, 0, false }
 
-func (r *delayReader) close() {}
+func (r *schedReader) close() {}
+
+func gettid() int64 { return 0 }
+
+func threadCPUTime() int64 { return 0 }

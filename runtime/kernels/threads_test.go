@@ -50,17 +50,20 @@ func TestPhysicalCores(t *testing.T) {
 	require.Equal(t, n, NewPool(0).Threads())
 }
 
-// TestAdapt feeds the controller windows of run delay: two oversubscribed
-// windows in a row take one thread away, one alone does not, and adaptProbe
-// quiet windows give one back, never beyond the pool or below the caller.
+// TestAdapt feeds the controller windows of run delay, as fractions of the
+// pool threads' runnable time: two oversubscribed windows in a row take one
+// thread away, one alone does not, and adaptProbe quiet windows give one
+// back, never beyond the pool or below the caller. A window whose threads
+// were hardly runnable is no evidence.
 func TestAdapt(t *testing.T) {
 	p := &Pool{workers: 3, active: 3}
 	var clock time.Duration
-	var delay int64
+	var ran, waited int64
 	window := func(waiting float64) int {
 		clock += adaptWindow
-		delay += int64(waiting * float64(adaptWindow))
-		p.observe(clock, delay)
+		ran += int64((1 - waiting) * float64(adaptWindow))
+		waited += int64(waiting * float64(adaptWindow))
+		p.observe(clock, ran, waited)
 		return p.active
 	}
 	window(0) // the first reading only starts a window
@@ -74,31 +77,144 @@ func TestAdapt(t *testing.T) {
 		require.Equal(t, 1, window(0.1), "quiet window %d", i)
 	}
 	require.Equal(t, 2, window(0.1), "probe one more after %d quiet windows", adaptProbe)
-	require.Equal(t, 2, window(0.5))
-	require.Equal(t, 1, window(0.5), "the probe oversubscribed: back")
+	require.Equal(t, 2, window(0.33))
+	require.Equal(t, 1, window(0.33), "the probe oversubscribed (one core of two busy): back")
 	for range 3 * adaptProbe {
 		window(0)
 	}
 	require.Equal(t, 3, p.active, "never beyond the pool")
+
+	// Hardly runnable (90% waiting, but of 0.5 ms): no evidence.
+	for range 3 {
+		clock += adaptWindow
+		ran += int64(minRunnable / 20)
+		waited += int64(minRunnable * 9 / 20)
+		p.observe(clock, ran, waited)
+	}
+	require.Equal(t, 3, p.active)
 }
 
-// TestRunDelay: on Linux the reader sees the process's threads wait when
-// there are more runnable threads than CPUs.
+// TestAdaptOwnThreads drives a real pool's adapt with injected schedstat
+// readings (so the outcome does not depend on the machine's load). Every
+// thread of the process that is not the pool's waits for a CPU most of each
+// window, as the Go runtime's helper threads do while the pool's threads
+// use every CPU: the pool reads only its own threads (its locked workers and
+// the caller's thread), keeps all its threads woken, and drops one only
+// when its own threads wait a third of their runnable time (one core of two
+// busy).
+func TestAdaptOwnThreads(t *testing.T) {
+	if gettid() == 0 {
+		t.Skip("no thread ids here (not Linux)")
+	}
+	runtime.LockOSThread() // the caller's thread stays one for the test
+	defer runtime.UnlockOSThread()
+	p := NewPool(3)
+	defer p.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	m := randMat(rng, format.F32, 256, 64, 0)
+	x := randVec(rng, 64)
+	dst := make([]float32, 256)
+	MatVec(p, dst, m.Mat, x) // the workers have started once a call ran
+	for i := range p.tids {
+		for p.tids[i].Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	caller := gettid()
+	own := map[int64]bool{caller: true}
+	for i := range p.tids {
+		own[p.tids[i].Load()] = true
+	}
+	require.Len(t, own, 3, "the caller and two workers on threads of their own")
+
+	// Each thread's cumulative times; a window adds to every thread of the
+	// process, the helpers waiting 80% of the window.
+	type times struct{ run, wait int64 }
+	clocks := map[int64]*times{}
+	var asked []int64
+	p.testSched = func(tid int64) (int64, int64, bool) {
+		asked = append(asked, tid)
+		c, ok := clocks[tid]
+		if !ok {
+			return 0, 0, false
+		}
+		return c.run, c.wait, true
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Skip("no /proc/self/task here")
+	}
+	for _, e := range tasks {
+		var tid int64
+		fmt.Sscan(e.Name(), &tid)
+		clocks[tid] = &times{}
+	}
+	for tid := range own {
+		clocks[tid] = &times{}
+	}
+	var clock time.Duration
+	window := func(ownWaiting float64) int {
+		w := int64(adaptWindow)
+		for tid, c := range clocks {
+			if own[tid] {
+				c.run += int64((1 - ownWaiting) * float64(w))
+				c.wait += int64(ownWaiting * float64(w))
+			} else {
+				c.run += w / 50
+				c.wait += w * 8 / 10
+			}
+		}
+		clock += adaptWindow
+		p.adaptAt(clock, caller)
+		return p.active
+	}
+	window(0)
+	for i := range 50 {
+		require.Equal(t, 3, window(0.02), "window %d: the helpers' waiting is not the pool's", i)
+	}
+	for _, tid := range asked {
+		require.True(t, own[tid], "asked about thread %d, not one of the pool's", tid)
+	}
+	require.Equal(t, 3, window(0.33))
+	require.Equal(t, 2, window(0.33), "the pool's own threads wait a third of their runnable time")
+
+	// A call still runs on the active threads and gives the same result.
+	want := make([]float32, 256)
+	copy(want, dst)
+	MatVec(p, dst, m.Mat, x)
+	require.Equal(t, want, dst)
+}
+
+// TestParseSchedstat: the fields of /proc/self/task/TID/schedstat.
+func TestParseSchedstat(t *testing.T) {
+	run, wait, ok := parseSchedstat([]byte("123456 7890 12\n"))
+	require.True(t, ok)
+	require.Equal(t, int64(123456), run)
+	require.Equal(t, int64(7890), wait)
+	for _, bad := range []string{"", "12", "12 x 3", "x 1 2"} {
+		_, _, ok := parseSchedstat([]byte(bad))
+		require.False(t, ok, "%q", bad)
+	}
+}
+
+// TestRunDelay: on Linux the reader sees threads wait when there are more
+// runnable threads than CPUs.
 func TestRunDelay(t *testing.T) {
-	var r delayReader
+	var r schedReader
 	defer r.close()
-	d0, ok := r.read()
-	if !ok {
+	if _, _, ok := r.read(gettid()); !ok {
 		t.Skip("no schedstat run delay here")
 	}
 	n := 3 * runtime.NumCPU()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n + 1))
 	var spun sync.WaitGroup
 	release := make(chan struct{})
-	for range n {
+	tids := make([]int64, n)
+	for i := range n {
 		spun.Add(1)
 		go func() {
 			runtime.LockOSThread() // a thread of its own, kept until released
+			tids[i] = gettid()
 			for start := time.Now(); time.Since(start) < 200*time.Millisecond; {
 			}
 			spun.Done()
@@ -106,11 +222,16 @@ func TestRunDelay(t *testing.T) {
 		}()
 	}
 	spun.Wait()
-	d1, ok := r.read()
+	var ran, waited int64
+	for _, tid := range tids {
+		run, wait, ok := r.read(tid)
+		require.True(t, ok)
+		ran, waited = ran+run, waited+wait
+	}
 	close(release)
-	require.True(t, ok)
-	// n threads on NumCPU CPUs for 200 ms wait about (n-NumCPU)·200 ms in all.
-	require.Greater(t, d1-d0, int64(100*time.Millisecond), "run delay %v", time.Duration(d1-d0))
+	// n threads on NumCPU CPUs for 200 ms each wait about (n-NumCPU)·200 ms in all.
+	require.Greater(t, waited, int64(100*time.Millisecond), "run delay %v", time.Duration(waited))
+	require.Greater(t, ran, int64(0), "time on a CPU")
 }
 
 // TestPoolStalledWorker: a worker that does not come (descheduled) holds no
@@ -145,14 +266,18 @@ func TestPoolStalledWorker(t *testing.T) {
 	require.Equal(t, wantA, gotA)
 }
 
-// BenchmarkRunDelayRead: the cost of one adapt window's reading.
+// BenchmarkRunDelayRead: the cost of one adapt window's reading of a
+// 2-thread pool's times.
 func BenchmarkRunDelayRead(b *testing.B) {
-	var r delayReader
-	defer r.close()
-	if _, ok := r.read(); !ok {
+	p := NewPool(2)
+	defer p.Close()
+	for p.tids[0].Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if !p.readTimes(gettid()) {
 		b.Skip("no schedstat run delay here")
 	}
 	for b.Loop() {
-		r.read()
+		p.readTimes(gettid())
 	}
 }

@@ -155,7 +155,9 @@ func amd64(g *gen) {
 		x.gemmT(g)
 		if x.name == "AVX2" {
 			for _, q := range qtypes {
-				x.qdotRows(g, q)
+				x.qdotRows(g, q, "")
+				x.qdotRows(g, q, "AVXVNNI")
+				x.qdotRows(g, q, "AVX512VNNI")
 				x.qaxpy4(g, q)
 				x.qcvt(g, q)
 			}
@@ -983,7 +985,9 @@ func arm64(g *gen) {
 	}
 	neonGemmT(g, tt, tc)
 	for _, q := range qtypes {
-		neonQDotRows(g, q)
+		neonQDotRows(g, q, false)
+		neonQDotRows(g, q, true)
+		neonQAxpy4(g, q)
 		neonQAxpyRows(g, q)
 		neonQCvt(g, q)
 	}

@@ -32,6 +32,22 @@ func qMasks(g *gen, tmp string) {
 	g.i("VPBROADCASTD X12, Y12")
 }
 
+// vpdpbusdVEX encodes the AVX-VNNI VPDPBUSD Ydst, Yu, Ys (Intel operand
+// order: ymm1 += Σ of four u8(ymm2)·s8(ymm3) per dword, VEX.256.66.0F38.W0
+// 50 /r) as bytes: Go's assembler knows only the EVEX form of AVX512-VNNI,
+// which a CPU with AVX-VNNI but no AVX-512 (Alder Lake and later client
+// Intel) cannot run. Registers Y0–Y15, register operands only.
+func vpdpbusdVEX(dst, u, s int) string {
+	if dst > 15 || u > 15 || s > 15 {
+		panic("vpdpbusdVEX needs Y0..Y15")
+	}
+	b1 := (^dst>>3&1)<<7 | 1<<6 | (^s>>3&1)<<5 | 0x02 // R̄ X̄ B̄, map 0F38
+	b2 := (^u&15)<<3 | 1<<2 | 0x01                    // W0, v̄v̄v̄v̄ = u, L 256, pp 66
+	modrm := 0xC0 | (dst&7)<<3 | s&7
+	return fmt.Sprintf("BYTE $0xc4; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x50; BYTE $0x%02x // VPDPBUSD Y%d, Y%d, Y%d (AVX-VNNI, Go operand order)",
+		b1, b2, modrm, s, u, dst)
+}
+
 // qdotRows: dst[j] = Σ_{b<nb} d_w[b]·d_x[b]·Σ_{e<32} q_w[b][e]·q_x[b][e] for
 // j < m, rows r as in dotRows (idx, stride; contiguous rows prefetched pf
 // bytes ahead, gathered ones a row ahead). x comes as quantizeX leaves it:
@@ -42,8 +58,19 @@ func qMasks(g *gen, tmp string) {
 // |x| ≤ 127: no saturation), then VPMADDWD to int32, as GGML's AVX2 dot
 // products do. Q4_0 multiplies the unsigned nibbles q (0..15) by x directly
 // and subtracts d_w times the correction: Σ (q−8)·x = Σ q·x − 8·Σ x.
-func (x x86) qdotRows(g *gen, q qtype) {
-	name := "qdotRows" + q.name + x.name
+//
+// vnni selects the integer dot product: "" the AVX2 pair of multiplies,
+// "AVXVNNI" the VEX VPDPBUSD of AVX-VNNI, "AVX512VNNI" the EVEX VPDPBUSD of
+// AVX512-VNNI (on 256-bit registers, AVX512VL). Either takes unsigned bytes
+// times signed bytes, four products summed into each int32 lane, in place of
+// VPMADDUBSW and VPMADDWD: Q8_0 multiplies |w| by x·sign(w) as above, Q4_0
+// the nibbles by x.
+func (x x86) qdotRows(g *gen, q qtype, vnni string) {
+	suffix := x.name
+	if vnni != "" {
+		suffix = vnni
+	}
+	name := "qdotRows" + q.name + suffix
 	x.text(g, name, 72, "(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)")
 	g.i("MOVQ w+0(FP), R8")
 	g.i("MOVQ stride+8(FP), R9")
@@ -70,12 +97,14 @@ func (x x86) qdotRows(g *gen, q qtype) {
 	g.i("VXORPS X10, X10, X10")
 	block := func(k, acc int) {
 		mem := func(off int) string { return fmt.Sprintf("%d(R8)(AX*1)", k*q.bb+off) }
+		// u: the unsigned bytes, s: the signed ones (a register; ""
+		// where the AVX2 form reads x from memory).
+		u, sx := 4, 3
 		if q.name == "Q8_0" {
 			g.i("VMOVDQU %s, Y2", mem(2))
 			g.i("VMOVDQU %d(SI), Y3", 64*k)
 			g.i("VPSIGNB Y2, Y2, Y4")
 			g.i("VPSIGNB Y2, Y3, Y3")
-			g.i("VPMADDUBSW Y3, Y4, Y4")
 		} else {
 			// The 16 bytes in both halves, the high half's dwords shifted
 			// right by 4 (Y11), then masked: low nibbles below, high
@@ -84,10 +113,35 @@ func (x x86) qdotRows(g *gen, q qtype) {
 			g.i("VBROADCASTI128 %s, Y2", mem(2))
 			g.i("VPSRLVD Y11, Y2, Y2")
 			g.i("VPAND Y13, Y2, Y2")
-			g.i("VPMADDUBSW %d(SI), Y2, Y4", 64*k)
+			u = 2
+			if vnni == "AVXVNNI" {
+				g.i("VMOVDQU %d(SI), Y3", 64*k)
+			}
 		}
-		g.i("VPMADDWD Y14, Y4, Y4")
-		g.i("VCVTDQ2PS Y4, Y4")
+		switch vnni {
+		case "":
+			if q.name == "Q8_0" {
+				g.i("VPMADDUBSW Y3, Y4, Y4")
+			} else {
+				g.i("VPMADDUBSW %d(SI), Y2, Y4", 64*k)
+			}
+			g.i("VPMADDWD Y14, Y4, Y4")
+			g.i("VCVTDQ2PS Y4, Y4")
+		case "AVXVNNI":
+			g.i("VPXOR Y6, Y6, Y6")
+			g.i(vpdpbusdVEX(6, u, sx))
+			g.i("VCVTDQ2PS Y6, Y4")
+		case "AVX512VNNI":
+			g.i("VPXOR Y6, Y6, Y6")
+			if q.name == "Q8_0" {
+				g.i("VPDPBUSD Y%d, Y%d, Y6", sx, u)
+			} else {
+				g.i("VPDPBUSD %d(SI), Y%d, Y6", 64*k, u)
+			}
+			g.i("VCVTDQ2PS Y6, Y4")
+		default:
+			panic("qdotRows: vnni " + vnni)
+		}
 		g.i("MOVWLZX %s, R13", mem(0))
 		g.i("VBROADCASTSS (R14)(R13*4), Y5") // d_w
 		if q.name == "Q4_0" {
@@ -359,12 +413,23 @@ func neonQDequant(g *gen, q qtype) {
 	}
 }
 
+// sdot is SDOT Vd.4S, Vn.16B, Vm.16B (FEAT_DotProd): each int32 lane of Vd
+// adds the four products of the signed bytes in its lane of Vn and Vm.
+func sdot(d, n, m int) string {
+	return word(0x4E809400|m<<16|n<<5|d, "SDOT V%d.4S, V%d.16B, V%d.16B", d, n, m)
+}
+
 // neonQDotRows is qdotRows (x86's) for NEON: per block, SMULL/SMLAL2 pair
 // the int8 products into int16 (|sum| ≤ 2·128·127), SADDLP/SADALP add them
 // into int32, SCVTF and a multiply-add by d_w·d_x (d_x at +32 in the 64-byte
-// x block) accumulate.
-func neonQDotRows(g *gen, q qtype) {
+// x block) accumulate. With dotprod (the "DOTPROD" form, ARMv8.2's
+// FEAT_DotProd: Cortex-A55/A75 and later, the Orin's A78AE), two SDOT into a
+// zeroed register take the place of those six instructions.
+func neonQDotRows(g *gen, q qtype, dotprod bool) {
 	name := "qdotRows" + q.name + "NEON"
+	if dotprod {
+		name = "qdotRows" + q.name + "DOTPROD"
+	}
 	neonText(g, name, 72, "(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)")
 	g.i("MOVD w+0(FP), R0")
 	g.i("MOVD stride+8(FP), R1")
@@ -388,12 +453,18 @@ func neonQDotRows(g *gen, q qtype) {
 	neonQScale(g, 21)
 	neonQWeights(g, q)
 	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
-	g.i(smull(6, 0, 2))
-	g.i(smlal2(6, 0, 2))
-	g.i(smull(7, 1, 3))
-	g.i(smlal2(7, 1, 3))
-	g.i(saddlp(6, 6))
-	g.i(sadalp(6, 7))
+	if dotprod {
+		g.i("VEOR V6.B16, V6.B16, V6.B16")
+		g.i(sdot(6, 0, 2))
+		g.i(sdot(6, 1, 3))
+	} else {
+		g.i(smull(6, 0, 2))
+		g.i(smlal2(6, 0, 2))
+		g.i(smull(7, 1, 3))
+		g.i(smlal2(7, 1, 3))
+		g.i(saddlp(6, 6))
+		g.i(sadalp(6, 7))
+	}
 	g.i(scvtfV(6, 6))
 	g.i("VFMLA V20.S4, V6.S4, V16.S4")
 	g.i("ADD $%d, R9, R9", q.bb)
@@ -454,6 +525,53 @@ func neonQAxpyRows(g *gen, q qtype) {
 	g.i("BNE blk")
 	g.p("skip:")
 	neonRowNext(g)
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// neonQAxpy4 is qaxpy4 for NEON: dst[e] += Σ_{r<4} a_r·w_r[e], each block
+// of dst (32 floats, V16–V19 and V24–V27) loaded and stored once per four
+// rows, the rows' blocks dequantized in registers; p0..p3 prefetched at the
+// same pace. The accumulation of down_proj.weight_t's neuron rows (AddRows).
+func neonQAxpy4(g *gen, q qtype) {
+	name := "qaxpy4" + q.name + "NEON"
+	neonText(g, name, 96, "(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)")
+	g.i("MOVD dst+0(FP), R4")
+	for r := 0; r < 4; r++ {
+		g.i("MOVD w%d+%d(FP), R%d", r, 8+8*r, r)
+		g.i("MOVD p%d+%d(FP), R%d", r, 40+8*r, 10+r)
+	}
+	aregs := []int{21, 22, 23, 28}
+	for r, f := range aregs {
+		g.i("FMOVS a%d+%d(FP), F%d", r, 72+4*r, f)
+	}
+	g.i("MOVD nb+88(FP), R5")
+	neonQConsts(g)
+	g.i("CBZ R5, done")
+	g.p("blk:")
+	g.i("VLD1.P 64(R4), [V16.S4, V17.S4, V18.S4, V19.S4]")
+	g.i("VLD1 (R4), [V24.S4, V25.S4, V26.S4, V27.S4]")
+	g.i("SUB $64, R4, R4")
+	for r := 0; r < 4; r++ {
+		g.i("PRFM (R%d), PLDL1KEEP", 10+r)
+		g.i("ADD $%d, R%d, R%d", q.bb, 10+r, 10+r)
+		g.i("MOVD R%d, R9", r)
+		neonQScale(g, aregs[r])
+		neonQDequant(g, q)
+		for k := 0; k < 8; k++ {
+			acc := 16 + k
+			if k >= 4 {
+				acc = 24 + k - 4
+			}
+			g.i("VFMLA V20.S4, V%d.S4, V%d.S4", 8+k, acc)
+		}
+		g.i("ADD $%d, R%d, R%d", q.bb, r, r)
+	}
+	g.i("VST1.P [V16.S4, V17.S4, V18.S4, V19.S4], 64(R4)")
+	g.i("VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R4)")
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
 	g.p("done:")
 	g.i("RET")
 	g.p("")
