@@ -96,17 +96,18 @@ func init() {
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")
 	avx512vnniSet.features = append(slices.Clone(avx512Set.features), "avx512vl", "avx512_vnni")
 	if cpu.X86.HasAVXVNNI { // the faster form (above)
-		avx512vnniSet.qdotRows = avxvnniSet.qdotRows
+		avx512vnniSet.qdotRows[0], avx512vnniSet.qdotRows[1] = avxvnniSet.qdotRows[0], avxvnniSet.qdotRows[1]
 		avx512vnniSet.features = append(slices.Clone(avx512Set.features), "avx_vnni")
 	}
 }
 
 // withVNNI returns a copy of ks named name with the integer dot products q8
-// and q4 for Q8_0 and Q4_0 rows.
+// and q4 for Q8_0 and Q4_0 rows (q table entries 0 and 1; the other dtypes'
+// kernels are ks's: archQKernels, fillPortableQ).
 func withVNNI(ks *kernelSet, name string, q8, q4 qdotFunc) *kernelSet {
 	c := *ks
 	c.name = name
-	c.qdotRows = [2]qdotFunc{q8, q4}
+	c.qdotRows[0], c.qdotRows[1] = q8, q4
 	return &c
 }
 

@@ -38,7 +38,7 @@ var dotprodSet = func() *kernelSet {
 	c := *neonSet
 	c.name = "dotprod"
 	c.features = []string{"asimd", "asimddp"}
-	c.qdotRows = [2]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD}
+	c.qdotRows[0], c.qdotRows[1] = qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD // Q8_0, Q4_0 (the rest: neonSet's)
 	return &c
 }()
 
