@@ -75,6 +75,7 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 	if sp.Mode.PerToken() {
 		s.startCalib()
 	}
+	s.oracle = sp.Mode == Oracle
 	start := time.Now()
 	logits, err := s.Forward(prompt, false)
 	s.Observe = saved
