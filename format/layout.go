@@ -79,7 +79,7 @@ func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // offsets and lengths are in bytes from the start of the file.
 type Header struct {
 	Version         uint32 // format version; 1
-	Flags           uint32 // feature bits; 0 in version 1
+	Flags           uint32 // feature bits: 0 or FlagFFNBias in version 1
 	Alignment       uint32 // tensor data alignment in bytes, a power of two ≥ 64
 	FileSize        uint64 // total file length in bytes
 	MetadataOffset  uint64 // start of the metadata JSON
