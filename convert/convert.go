@@ -57,8 +57,11 @@ type Options struct {
 type Reconstruct struct {
 	Method  recon.Method // None: plain slices
 	Prompts [][]int      // calibration prompts, token ids (the profile split of Tasks)
-	Tasks   []string     // the datasets Prompts came from, recorded in the file
-	Threads int          // kernel threads of the calibration pass (≤ 0: the default)
+	// Load, when Prompts is nil, reads them once the inputs are checked
+	// (so that a bad score file or output path is reported first).
+	Load    func() ([][]int, error)
+	Tasks   []string // the datasets Prompts came from, recorded in the file
+	Threads int      // kernel threads of the calibration pass (≤ 0: the default)
 }
 
 // DefaultOptions returns the paper's defaults: γ 0.7, δ 0.3, layers 5 … −2.
@@ -173,6 +176,11 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		meta.Selection.Layers = append(meta.Selection.Layers, format.LayerSelection{Layer: l, Kept: len(k), Base: base})
 	}
 	var fits map[int]*recon.Fit
+	if r := &opt.Reconstruct; r.Method != recon.None && r.Prompts == nil && r.Load != nil {
+		if r.Prompts, err = r.Load(); err != nil {
+			return nil, err
+		}
+	}
 	if opt.Reconstruct.Method != recon.None {
 		if fits, meta.Selection.Reconstruction, err = Calibrate(ck, kept, lo, hi, opt.Reconstruct); err != nil {
 			return nil, err

@@ -40,7 +40,7 @@ func convertCommand() *cli.Command {
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
 			&cli.BoolFlag{Name: "weight-aware", Usage: "rank neurons by score × ‖down_proj column‖ (their contribution to the output) instead of the score alone"},
-			&cli.StringFlag{Name: "reconstruct", Value: "none", Usage: "make the kept neurons stand in for the dropped ones, from a calibration pass over --reconstruct-data: " +
+			&cli.StringFlag{Name: "reconstruct", DefaultText: "both (none with --random)", Usage: "make the kept neurons stand in for the dropped ones, from a calibration pass over --reconstruct-data: " +
 				"bias (the dropped neurons' mean output as an FFN output bias), refit (ridge least-squares refit of the kept down_proj columns), both (the refit with an intercept), none"},
 			&cli.StringFlag{Name: "reconstruct-data", Value: "tinystories", Usage: "comma-separated built-in datasets whose profile split calibrates --reconstruct"},
 			&cli.IntFlag{Name: "reconstruct-limit", Usage: "calibration prompts per dataset (0: the whole profile split)"},
@@ -96,22 +96,28 @@ func convertCommand() *cli.Command {
 					return err
 				}
 			}
-			if opt.Reconstruct.Method, err = recon.ParseMethod(c.String("reconstruct")); err != nil {
+			method := c.String("reconstruct")
+			if method == "" {
+				method = DefaultReconstruct.String()
+				if opt.Random {
+					method = "none"
+				}
+			}
+			if opt.Reconstruct.Method, err = recon.ParseMethod(method); err != nil {
 				return fmt.Errorf("--reconstruct: %w", err)
 			}
-			if opt.Reconstruct.Method != recon.None {
+			for _, t := range strings.Split(c.String("reconstruct-data"), ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					opt.Reconstruct.Tasks = append(opt.Reconstruct.Tasks, t)
+				}
+			}
+			opt.Reconstruct.Load = func() ([][]int, error) {
 				tok, err := tokenizer.Load(c.String("model"))
 				if err != nil {
-					return err
+					return nil, err
 				}
-				for _, t := range strings.Split(c.String("reconstruct-data"), ",") {
-					if t = strings.TrimSpace(t); t != "" {
-						opt.Reconstruct.Tasks = append(opt.Reconstruct.Tasks, t)
-					}
-				}
-				if opt.Reconstruct.Prompts, err = recon.Prompts(opt.Reconstruct.Tasks, dataDir(c), c.Int("reconstruct-limit"), tok); err != nil {
-					return dataHint(err, dataDir(c))
-				}
+				p, err := recon.Prompts(opt.Reconstruct.Tasks, dataDir(c), c.Int("reconstruct-limit"), tok)
+				return p, dataHint(err, dataDir(c))
 			}
 			if b := c.String("memory-budget"); b != "" {
 				budget, err := convert.ParseBytes(b)
@@ -150,6 +156,11 @@ func convertCommand() *cli.Command {
 	}
 }
 
+// DefaultReconstruct is convert's reconstruction of a file chosen by scores
+// (--reconstruct; --random files default to none, the baselines): chosen
+// by measurement on the three shared models (README, Fidelity).
+const DefaultReconstruct = recon.Both
+
 // human formats a byte count (runcmd.Human).
 func human(n int64) string { return runtime.HumanBytes(n) }
 
@@ -164,7 +175,7 @@ func checkConvertFlags(c *cli.Context) error {
 		return errors.New("--weight-aware weighs the scores and --random reads none: drop one")
 	case c.IsSet("seed") && !c.Bool("random"):
 		return errors.New("--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed")
-	case (c.IsSet("reconstruct-data") || c.IsSet("reconstruct-limit")) && (c.String("reconstruct") == "none"):
+	case (c.IsSet("reconstruct-data") || c.IsSet("reconstruct-limit")) && (c.String("reconstruct") == "none" || c.Bool("random") && !c.IsSet("reconstruct")):
 		return errors.New("--reconstruct-data and --reconstruct-limit calibrate --reconstruct: add --reconstruct bias|refit|both or drop them")
 	case c.IsSet("memory-budget") && c.IsSet("gamma"):
 		return errors.New("--memory-budget chooses gamma: give --gamma or --memory-budget, not both")
