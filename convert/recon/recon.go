@@ -32,8 +32,9 @@
 // Projecting the dropped activations through D_ℛ while accumulating replaces
 // the K×R cross moment E[a_𝒦 a_ℛᵀ] by a hidden×K one (hidden < R for real
 // models' N ≈ 4·hidden), and the N×N Gram of the score files by K×K: float64,
-// 2·(K² + hidden·K)·8 bytes per layer, 0.70 GiB per layer at the
-// Llama-3.2-1B shape (hidden 2048, K 5734), 11.2 GiB for its 16 layers.
+// 2·(K² + hidden·K)·8 bytes per layer, 0.70 GiB at the Llama-3.2-1B shape
+// (hidden 2048, K 5734). The converter (convert.Calibrate) holds one
+// layer's at a time.
 package recon
 
 import (
