@@ -16,9 +16,11 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/recon"
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/kernels"
 	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
@@ -45,7 +47,22 @@ type Options struct {
 	ModelScores     *scores.File
 	TaskScoresPath  string
 	ModelScoresPath string
-	Progress        io.Writer // progress bar destination; nil: none
+	// Reconstruct makes the kept neurons stand in for the dropped ones
+	// (package recon): a calibration pass over its prompts once the kept
+	// sets are known, then a bias and/or refitted kept columns per layer.
+	Reconstruct Reconstruct
+	Progress    io.Writer // progress bar destination; nil: none
+}
+
+// Reconstruct configures Options.Reconstruct.
+type Reconstruct struct {
+	Method  recon.Method // None: plain slices
+	Prompts [][]int      // calibration prompts, token ids (the profile split of Tasks)
+	// Load, when Prompts is nil, reads them once the inputs are checked
+	// (so that a bad score file or output path is reported first).
+	Load    func() ([][]int, error)
+	Tasks   []string // the datasets Prompts came from, recorded in the file
+	Threads int      // kernel threads of the calibration pass (≤ 0: the default)
 }
 
 // DefaultOptions returns the paper's defaults: γ 0.7, δ 0.3, layers 5 … −2.
@@ -73,6 +90,9 @@ type Report struct {
 	// skipped (hf.Checkpoint.Warnings: tensors the architecture does not
 	// have, after the folder's name).
 	Warnings []string
+	// Fits holds each sliced layer's reconstruction (Options.Reconstruct;
+	// nil without one).
+	Fits map[int]*recon.Fit
 }
 
 // Convert writes ck as a .sinf file at out, slicing the FFN layers of the
@@ -140,6 +160,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 
 	// Kept neurons per layer in range.
 	kept := map[int][]int32{}
+	rep := &Report{}
 	if !opt.Random {
 		if opt.TaskScores == nil || opt.ModelScores == nil {
 			return nil, errors.New("task and model score files are needed (or --random)")
@@ -160,6 +181,18 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		}
 		kept[l] = k
 		meta.Selection.Layers = append(meta.Selection.Layers, format.LayerSelection{Layer: l, Kept: len(k), Base: base})
+	}
+	var fits map[int]*recon.Fit
+	if r := &opt.Reconstruct; r.Method != recon.None && r.Prompts == nil && r.Load != nil {
+		if r.Prompts, err = r.Load(); err != nil {
+			return nil, err
+		}
+	}
+	if opt.Reconstruct.Method != recon.None {
+		if fits, meta.Selection.Reconstruction, err = Calibrate(ck, kept, lo, hi, opt.Reconstruct); err != nil {
+			return nil, err
+		}
+		rep.Fits = fits
 	}
 
 	var names []string
@@ -199,8 +232,8 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		bar = progressbar.NewOptions(len(names), progressbar.OptionSetWriter(opt.Progress),
 			progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep := &Report{Path: out, First: lo, Last: hi, Layers: meta.Selection.Layers, Ignored: ck.Ignored,
-		Warnings: tok.Warnings()}
+	rep.Path, rep.First, rep.Last, rep.Layers, rep.Ignored = out, lo, hi, meta.Selection.Layers, ck.Ignored
+	rep.Warnings = tok.Warnings()
 	for _, w := range ck.Warnings {
 		rep.Warnings = append(rep.Warnings, ck.Dir+": "+w)
 	}
@@ -226,7 +259,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 					rep.Fallbacks = append(rep.Fallbacks, why)
 				}
 			}
-			if err := writeSliced(w, t, part, k, N, H, sdt, &rep.StoredParams); err != nil {
+			if err := writeSliced(w, t, part, k, N, H, sdt, fits[layer], &rep.StoredParams); err != nil {
 				return nil, err
 			}
 		default:
@@ -568,7 +601,11 @@ func encode(dst []byte, f []float32, dtype format.DType) ([]byte, error) {
 // writeSliced stores the kept neurons of one FFN tensor: gate/up rows in kept
 // order as [kept, hidden]; down_proj [hidden, N] transposed to [kept, hidden]
 // (row j = column kept[j]) under the name down_proj.weight_t.
-func writeSliced(w *format.Writer, t format.Tensor, part string, kept []int32, N, H int, dtype format.DType, params *int64) error {
+//
+// With a fit (Options.Reconstruct), row j of down_proj.weight_t is column
+// kept[j] plus column j of fit.Delta, rounded once to float32 and stored in
+// dtype, and the layer's output bias follows it as down_proj.bias (F32).
+func writeSliced(w *format.Writer, t format.Tensor, part string, kept []int32, N, H int, dtype format.DType, fit *recon.Fit, params *int64) error {
 	es := t.DType.Size()
 	var want [2]int
 	if part == "down" {
@@ -596,7 +633,151 @@ func writeSliced(w *format.Writer, t format.Tensor, part string, kept []int32, N
 		name = strings.TrimSuffix(name, ".weight") + ".weight_t"
 	}
 	*params += int64(len(kept) * H)
-	return writeCast(w, format.Tensor{Name: name, DType: t.DType, Shape: []int{len(kept), H}, Data: src}, dtype)
+	sliced := format.Tensor{Name: name, DType: t.DType, Shape: []int{len(kept), H}, Data: src}
+	if part != "down" || fit == nil {
+		return writeCast(w, sliced, dtype)
+	}
+	if fit.Delta != nil {
+		col, err := sliced.ToF32() // [kept, hidden]: row j is column kept[j]
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+		K := len(kept)
+		for j := 0; j < K; j++ {
+			for h := 0; h < H; h++ {
+				col[j*H+h] = float32(float64(col[j*H+h]) + fit.Delta[h*K+j])
+			}
+		}
+		sliced = format.Tensor{Name: name, DType: format.F32, Shape: []int{K, H}, Data: f32Bytes(col)}
+	}
+	if err := writeCast(w, sliced, dtype); err != nil {
+		return err
+	}
+	if fit.Bias == nil {
+		return nil
+	}
+	b := make([]float32, H)
+	for h, v := range fit.Bias {
+		b[h] = float32(v)
+	}
+	layer, _ := ffnPart(t.Name)
+	return w.AddTensor(format.DownBiasName(layer), format.F32, []int{H}, f32Bytes(b))
+}
+
+// f32Bytes encodes float32 values little-endian.
+func f32Bytes(v []float32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+	}
+	return out
+}
+
+// Calibrate runs the reconstruction's calibration passes and solves each
+// sliced layer (recon.Layer.Solve), layer by layer: layer l's statistics
+// are taken over r.Prompts on the model whose layers [lo, l) are already
+// sliced and reconstructed (in float32, as stored in an F32 file) and whose
+// other layers are whole, so each layer is fitted to the inputs it will get
+// (the sequential calibration of GPTQ and SparseGPT). The kept sets are
+// kept. It returns the fits and the selection's reconstruction record.
+// Memory: one layer's statistics at a time (recon.Layer.Bytes) besides the
+// model; time: hi − lo prefill passes over the prompts.
+func Calibrate(ck *hf.Checkpoint, kept map[int][]int32, lo, hi int, r Reconstruct) (map[int]*recon.Fit, *format.Reconstruction, error) {
+	cfg := ck.Config
+	N, H := cfg.Intermediate, cfg.Hidden
+	m, err := runtime.Load(cfg, ck, runtime.LoadOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	pool := kernels.NewPool(r.Threads)
+	defer pool.Close()
+	s := m.NewSession(pool, 0)
+	rec := &format.Reconstruction{Bias: r.Method.HasBias(), Refit: r.Method.HasRefit(), Tasks: r.Tasks}
+	fits := map[int]*recon.Fit{}
+	for l := lo; l < hi; l++ {
+		f32 := func(name string) ([]float32, error) {
+			t, err := ck.Tensor(name)
+			if err != nil {
+				return nil, err
+			}
+			v, err := t.ToF32()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			return v, nil
+		}
+		down, err := f32(format.DownName(l))
+		if err != nil {
+			return nil, nil, err
+		}
+		layer, err := recon.NewLayer(kept[l], down, H, N)
+		if err != nil {
+			return nil, nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		cal := &recon.Calibrator{Layers: map[int]*recon.Layer{l: layer}}
+		if err := cal.Run(s, r.Prompts); err != nil {
+			return nil, nil, err
+		}
+		rec.Tokens = cal.Tokens
+		fit, err := layer.Solve(r.Method)
+		if err != nil {
+			return nil, nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		fits[l] = fit
+		if rec.Refit {
+			rec.Ridge = append(rec.Ridge, fit.C)
+		}
+		// Layer l as the file will hold it, for the passes of the layers
+		// after it.
+		gate, err := f32(format.GateName(l))
+		if err != nil {
+			return nil, nil, err
+		}
+		up, err := f32(format.UpName(l))
+		if err != nil {
+			return nil, nil, err
+		}
+		if m.Layers[l].MLP, err = reconstructedMLP(gate, up, down, kept[l], fit, H, N); err != nil {
+			return nil, nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+	}
+	return fits, rec, nil
+}
+
+// reconstructedMLP builds the sliced layer a file stores (float32): the
+// kept rows of gate and up [N, H], the kept columns of down [H, N] plus
+// fit.Delta, and fit.Bias.
+func reconstructedMLP(gate, up, down []float32, kept []int32, fit *recon.Fit, H, N int) (runtime.MLP, error) {
+	K := len(kept)
+	g, u, d := make([]float32, K*H), make([]float32, K*H), make([]float32, K*H)
+	for j, n := range kept {
+		copy(g[j*H:(j+1)*H], gate[int(n)*H:])
+		copy(u[j*H:(j+1)*H], up[int(n)*H:])
+		for h := 0; h < H; h++ {
+			v := float64(down[h*N+int(n)])
+			if fit.Delta != nil {
+				v += fit.Delta[h*K+j]
+			}
+			d[j*H+h] = float32(v)
+		}
+	}
+	f := runtime.MLP{Index: kept, Sliced: true}
+	var err error
+	for _, w := range []struct {
+		dst *kernels.Mat
+		v   []float32
+	}{{&f.Gate, g}, {&f.Up, u}, {&f.DownT, d}} {
+		if *w.dst, err = kernels.NewMat(format.Tensor{Name: "reconstructed", DType: format.F32, Shape: []int{K, H}, Data: f32Bytes(w.v)}); err != nil {
+			return f, err
+		}
+	}
+	if fit.Bias != nil {
+		f.DownBias = make([]float32, H)
+		for h, v := range fit.Bias {
+			f.DownBias[h] = float32(v)
+		}
+	}
+	return f, nil
 }
 
 // selectLayer is Select over layer l's task and model rankings, by the

@@ -189,7 +189,7 @@ func matvec64(mat interface{ RowF32([]float32, int) }, rows, cols int, x []float
 
 // forward feeds tokens one at a time; pick (nil: prefill, every loaded row
 // summed) chooses decode's rows of each sliced layer; observe (may be nil)
-// sees each sliced layer's a, gate and up of every token.
+// sees each layer's a, gate and up of every token.
 func (r *ref64) forward(tokens []int, pick func(layer int, a, g []float64) []bool, observe func(layer int, a, g, u []float64)) {
 	c := r.m.Config
 	H, hd := c.Hidden, c.HeadDim
@@ -249,26 +249,28 @@ func (r *ref64) forward(tokens []int, pick func(layer int, a, g []float64) []boo
 			for j := range a {
 				a[j] = g[j] / (1 + math.Exp(-g[j])) * u[j]
 			}
-			if observe != nil && f.Sliced {
+			if observe != nil {
 				observe(i, a, g, u)
 			}
 			var keep []bool
 			if pick != nil && f.Sliced {
 				keep = pick(i, a, g)
 			}
+			if !f.Sliced { // whole layer: down_proj [H, N] times a
+				for hr, v := range matvec64(f.Down, H, f.Down.Cols, a) {
+					x[hr] += v
+				}
+			}
 			for j := range a {
-				if keep != nil && !keep[j] {
+				if !f.Sliced || keep != nil && !keep[j] {
 					continue
 				}
-				if f.Sliced {
-					for col, w := range row64(f.DownT, H, j) {
-						x[col] += w * a[j]
-					}
-				} else {
-					for hr := 0; hr < H; hr++ {
-						x[hr] += row64(f.Down, f.Down.Cols, hr)[j] * a[j]
-					}
+				for col, w := range row64(f.DownT, H, j) {
+					x[col] += w * a[j]
 				}
+			}
+			for hr, b := range f.DownBias { // a reconstructed layer's output bias
+				x[hr] += float64(b)
 			}
 		}
 		r.pos++

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/recon"
 	"github.com/selectinfer/sinf/convert/synth"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
@@ -61,9 +63,15 @@ func TestMain(m *testing.M) {
 
 // sliced converts ck with a random γ = 0.7, δ = 0.3 selection of every layer
 // stored as dtype and loads the .sinf file.
-func sliced(ck *hf.Checkpoint, layers int, dtype format.DType, out string) (*runtime.Model, error) {
-	_, err := convert.Convert(ck, out, convert.Options{Gamma: 0.7, Delta: 0.3, FirstLayer: 0, LastLayer: layers,
-		ExplicitRange: true, Random: true, Seed: 7, DType: dtype})
+// With r, the file is reconstructed (convert.Reconstruct: an output bias per
+// layer and refitted rows).
+func sliced(ck *hf.Checkpoint, layers int, dtype format.DType, out string, r ...convert.Reconstruct) (*runtime.Model, error) {
+	opt := convert.Options{Gamma: 0.7, Delta: 0.3, FirstLayer: 0, LastLayer: layers,
+		ExplicitRange: true, Random: true, Seed: 7, DType: dtype}
+	if len(r) > 0 {
+		opt.Reconstruct = r[0]
+	}
+	_, err := convert.Convert(ck, out, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +146,24 @@ func buildModels(root string) ([]modelCase, error) {
 		}
 		cases = append(cases, modelCase{sh.shape + "/sliced-" + sh.dtype.String(), sm, allModes})
 	}
+	// A reconstructed F16 file: every layer's output bias is added as one
+	// more row (Session.ffn), in every mode.
+	ck, m, err := hf.Load(filepath.Join(root, "models", "tinystories-656k"))
+	if err != nil {
+		return nil, err
+	}
+	var prompts [][]int
+	for p := 0; p < 4; p++ {
+		prompts = append(prompts, testPrompt(12+p, m.Config.Vocab))
+	}
+	rm, err := sliced(ck, m.Config.Layers, format.F16, filepath.Join(dir, "reconstructed.sinf"), convert.Reconstruct{Method: recon.Both, Prompts: prompts})
+	if err != nil {
+		return nil, fmt.Errorf("reconstructed: %w", err)
+	}
+	if rm.Layers[0].MLP.DownBias == nil {
+		return nil, errors.New("reconstructed: no output bias loaded")
+	}
+	cases = append(cases, modelCase{"tinystories-656k/reconstructed-F16", rm, allModes})
 	return cases, nil
 }
 

@@ -72,6 +72,7 @@ type Session struct {
 	// Batch buffers, room for T tokens.
 	T                            int
 	x, xb, xb2, q, gate, up, ids Ptr
+	ones                         Ptr // [T] float 1.0: the weights of the bias rows
 	logits, argmaxOut            Ptr
 	kc, vc                       []Ptr // per layer [ctx, kv·hd]
 	cos, sin                     Ptr   // [ctx, hd/2]
@@ -94,8 +95,12 @@ type devLayer struct {
 	q, k, v, o            weight
 	qb, kb, vb, ob        Ptr
 	gate, up, down, downT weight
-	sliced                bool
-	base, kept            int
+	// bias is a reconstructed layer's output bias (runtime.MLP.DownBias) as
+	// an F32 [1, hidden] matrix, added as one more row of weight 1 (ones);
+	// p is 0 when the file stores none.
+	bias       weight
+	sliced     bool
+	base, kept int
 	// GateFirst, allocated on its first use: the row norms (runtime.Model.
 	// RowNorms, float [kept]), the prefill's calibration sums (double
 	// [kept]) and the row weights (float [kept]).
@@ -153,6 +158,12 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 			src []float32
 		}{{&d.attnNorm, l.AttnNorm}, {&d.mlpNorm, l.MLPNorm}, {&d.qb, l.QBias}, {&d.kb, l.KBias}, {&d.vb, l.VBias}, {&d.ob, l.OBias}} {
 			if *v.dst, err = s.vec(v.src); err != nil {
+				return nil, err
+			}
+		}
+		if b := l.MLP.DownBias; b != nil {
+			d.bias = weight{dtype: format.F32, rows: 1, cols: len(b)}
+			if d.bias.p, err = s.vec(b); err != nil {
 				return nil, err
 			}
 		}
@@ -338,10 +349,10 @@ func (s *Session) ensure(T int) error {
 	}
 	c := s.m.Config
 	H, qd := c.Hidden, c.Heads*c.HeadDim
-	for _, p := range []Ptr{s.x, s.xb, s.xb2, s.q, s.gate, s.up, s.ids} {
+	for _, p := range []Ptr{s.x, s.xb, s.xb2, s.q, s.gate, s.up, s.ids, s.ones} {
 		s.freeAlloc(p)
 	}
-	s.x, s.xb, s.xb2, s.q, s.gate, s.up, s.ids, s.T = 0, 0, 0, 0, 0, 0, 0, 0
+	s.x, s.xb, s.xb2, s.q, s.gate, s.up, s.ids, s.ones, s.T = 0, 0, 0, 0, 0, 0, 0, 0, 0
 	var err error
 	for _, b := range []struct {
 		dst   *Ptr
@@ -351,6 +362,13 @@ func (s *Session) ensure(T int) error {
 		if *b.dst, err = s.alloc(4 * b.elems); err != nil {
 			return err
 		}
+	}
+	ones := make([]float32, T) // the bias rows' weights (ffn)
+	for t := range ones {
+		ones[t] = 1
+	}
+	if s.ones, err = s.vec(ones); err != nil {
+		return err
 	}
 	s.T = T
 	return nil
@@ -467,7 +485,22 @@ func (s *Session) attention(i, T int) {
 	s.project(s.x, d.o, s.xb2, T, d.ob, true)
 }
 
+// ffn runs layer i's MLP on the T tokens and adds its output, and then the
+// layer's output bias (a reconstructed file), to the residual stream x.
 func (s *Session) ffn(i, T int, count bool, alpha float64) {
+	s.ffnRows(i, T, count, alpha)
+	if d := &s.layers[i]; d.bias.p != 0 {
+		// x[t] += 1·bias: the bias is one more row of weight 1 (ones),
+		// added after the rows as runtime.Session adds it.
+		if T == 1 {
+			s.be.addRows(s.x, d.bias, 0, 1, s.ones, true)
+		} else {
+			s.be.gemmRowsT(s.x, d.bias, s.ones, T, true)
+		}
+	}
+}
+
+func (s *Session) ffnRows(i, T int, count bool, alpha float64) {
 	c := s.m.Config
 	d := &s.layers[i]
 	be := s.be
@@ -662,6 +695,9 @@ func (d gpuDecoder) Next(sampler *runtime.Sampler) (int, error) { return d.s.nex
 // per-token count of each sliced layer.
 func (d gpuDecoder) Prefill(prompt []int, sp runtime.Sparsity) ([]int, error) {
 	s := d.s
+	if sp.Mode == runtime.Oracle {
+		return nil, errors.New("cuda: mode oracle is a bound measured on the CPU (sinf eval), not a decode mode of the GPU backend")
+	}
 	count := sp.Mode != runtime.Dense && !sp.Mode.PerToken()
 	if count {
 		for i, l := range s.layers {

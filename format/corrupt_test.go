@@ -67,7 +67,7 @@ func TestHeaderFields(t *testing.T) {
 		name, field, msg string
 		mod              func(h *Header)
 	}{
-		{"incompatible flag", "flags", "0x00010000", func(h *Header) { h.Flags = 1 << 16 }},
+		{"incompatible flag", "flags", "0x00020000", func(h *Header) { h.Flags = 1 << 17 }}, // bit 16 is FlagFFNBias
 		{"alignment not a power of two", "alignment", "100", func(h *Header) { h.Alignment = 100 }},
 		{"alignment too small", "alignment", "32", func(h *Header) { h.Alignment = 32 }},
 		{"file_size larger", "file_size", "truncated", func(h *Header) { h.FileSize++ }},

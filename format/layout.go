@@ -34,8 +34,15 @@ const (
 	// IncompatibleFlags are the header flag bits a reader must understand:
 	// a file with any set bit that the reader does not know is rejected.
 	// Bits 0–15 are compatible flags that readers ignore when unknown.
-	// Version 1 defines no flags in either half.
 	IncompatibleFlags = 0xffff0000
+	// FlagFFNBias (bit 16, incompatible; spec §2, §6.2) says that sliced
+	// layers may store an FFN output bias, down_proj.bias (DownBiasName),
+	// which a reader must add to the layer's output: a reader that does not
+	// know it would run another function than the file's, so it rejects
+	// the file. Writers set it exactly when such a bias is stored.
+	FlagFFNBias = 1 << 16
+	// KnownFlags are the flags this reader understands.
+	KnownFlags = FlagFFNBias
 
 	// minEntrySize is the smallest encoded directory entry: a 1-byte name,
 	// no dimensions (spec §5).
@@ -72,7 +79,7 @@ func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // offsets and lengths are in bytes from the start of the file.
 type Header struct {
 	Version         uint32 // format version; 1
-	Flags           uint32 // feature bits; 0 in version 1
+	Flags           uint32 // feature bits: 0 or FlagFFNBias in version 1
 	Alignment       uint32 // tensor data alignment in bytes, a power of two ≥ 64
 	FileSize        uint64 // total file length in bytes
 	MetadataOffset  uint64 // start of the metadata JSON

@@ -57,9 +57,30 @@ type Selection struct {
 	// WeightAware is true when the scores were scaled by each neuron's
 	// ‖W_down[:,n]‖₂ before ranking (spec §4.2).
 	WeightAware bool `json:"weight_aware,omitempty"`
+	// Reconstruction says how the kept neurons were made to stand in for
+	// the dropped ones (spec §4.2); nil: plain slices.
+	Reconstruction *Reconstruction `json:"reconstruction,omitempty"`
 	// Layers has one entry per sliced layer, in layer order:
 	// Layers[k].Layer == FirstLayer+k.
 	Layers []LayerSelection `json:"layers"`
+}
+
+// Reconstruction describes a reconstructed selection (spec §4.2):
+// informative, since the runtime needs only the stored tensors.
+type Reconstruction struct {
+	// Bias: each sliced layer stores down_proj.bias, the mean output of
+	// the dropped neurons the refit does not carry (FlagFFNBias).
+	Bias bool `json:"bias"`
+	// Refit: the rows of down_proj.weight_t are the ridge least-squares
+	// refit of the kept columns, not HF's columns.
+	Refit bool `json:"refit"`
+	// Tasks and Tokens: the calibration text (built-in datasets, profile
+	// split) and the tokens its statistics were taken over.
+	Tasks  []string `json:"tasks,omitempty"`
+	Tokens int64    `json:"tokens"`
+	// Ridge[k] is the c of layer FirstLayer+k's ridge, λ = c·trace(C)/kept
+	// (C the kept activations' covariance); empty without Refit.
+	Ridge []float64 `json:"ridge,omitempty"`
 }
 
 // LayerSelection is one sliced layer's neuron counts.
@@ -148,6 +169,14 @@ func (m *Metadata) Validate() error {
 		if len(s.Layers) != s.LastLayer-s.FirstLayer {
 			return fmt.Errorf("metadata key selection.layers: %d entries for the %d layers [%d, %d)",
 				len(s.Layers), s.LastLayer-s.FirstLayer, s.FirstLayer, s.LastLayer)
+		}
+		if r := s.Reconstruction; r != nil {
+			if r.Tokens < 0 {
+				return fmt.Errorf("metadata key selection.reconstruction.tokens: %d is negative", r.Tokens)
+			}
+			if len(r.Ridge) != 0 && len(r.Ridge) != len(s.Layers) {
+				return fmt.Errorf("metadata key selection.reconstruction.ridge: %d entries for %d sliced layers", len(r.Ridge), len(s.Layers))
+			}
 		}
 		for k, l := range s.Layers {
 			if l.Layer != s.FirstLayer+k {

@@ -1,6 +1,10 @@
 package format
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // Tensor names of the FFN of decoder layer i (spec/sinf.md §6). Every other
 // tensor keeps its HuggingFace name.
@@ -25,3 +29,25 @@ func DownTName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.down_proj
 // IndexName returns "model.layers.i.mlp.neuron_index", the I32 [kept] index
 // map of a sliced layer: row j holds original neuron neuron_index[j].
 func IndexName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.neuron_index", i) }
+
+// DownBiasName returns "model.layers.i.mlp.down_proj.bias", the F32 [hidden]
+// output bias a reconstructed sliced layer adds to Σ_j a_j·down_t[j] (spec
+// §6.2; the file then sets FlagFFNBias).
+func DownBiasName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.down_proj.bias", i) }
+
+// downBiasLayer returns i when name is DownBiasName(i).
+func downBiasLayer(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "model.layers.")
+	if !ok {
+		return 0, false
+	}
+	num, ok := strings.CutSuffix(rest, ".mlp.down_proj.bias")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(num)
+	if err != nil || i < 0 || strconv.Itoa(i) != num {
+		return 0, false
+	}
+	return i, true
+}

@@ -131,7 +131,7 @@ func parse(data []byte, path string) (*File, error) {
 	if sum := Checksum(data[:offHeaderCRC]); sum != h.HeaderCRC {
 		return nil, errorf(path, offHeaderCRC, "header_crc32c", "header checksum 0x%08x does not match stored 0x%08x", sum, h.HeaderCRC)
 	}
-	if unknown := h.Flags & IncompatibleFlags; unknown != 0 {
+	if unknown := h.Flags & IncompatibleFlags &^ KnownFlags; unknown != 0 {
 		return nil, errorf(path, offFlags, "flags", "unknown incompatible flags 0x%08x", unknown)
 	}
 	if a := h.Alignment; a < MinAlignment || a&(a-1) != 0 {

@@ -59,8 +59,10 @@ func ValidateIndexMap(idx []int32, n int) error {
 // num_hidden_layers; for every layer in the selection, gate_proj, up_proj and
 // down_proj.weight_t of shape [kept, hidden], gate_proj and up_proj of one
 // weight dtype (metadata dtype when set) and down_proj.weight_t of that or,
-// in a K-quant mix (spec §5.3), another weight dtype, no down_proj.weight, and a valid I32 [kept] neuron_index
-// (ValidateIndexMap); outside the range, no sliced tensors. It reads the
+// in a K-quant mix (spec §5.3), another weight dtype, no down_proj.weight, a
+// valid I32 [kept] neuron_index (ValidateIndexMap), and an optional F32
+// [hidden] down_proj.bias, which needs FlagFFNBias; outside the range, no
+// sliced tensors. It reads the
 // index maps (4·kept bytes per layer) but no weights. A file with no
 // selection passes. Errors are *FormatError naming the tensor.
 func (f *File) ValidateSelection() error {
@@ -121,6 +123,14 @@ func (f *File) ValidateSelection() error {
 		}
 		if t, ok := f.Info(DownName(l.Layer)); ok {
 			return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q", t.Name), "a sliced layer stores down_proj.weight_t, not down_proj.weight")
+		}
+		if t, ok := f.Info(DownBiasName(l.Layer)); ok {
+			switch {
+			case t.DType != F32 || len(t.Shape) != 1 || t.Shape[0] != cfg.Hidden:
+				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q", t.Name), "%v %v, want F32 [%d] ([hidden_size])", t.DType, t.Shape, cfg.Hidden)
+			case f.Flags&FlagFFNBias == 0:
+				return errorf(f.path, offFlags, "flags", "tensor %q is an FFN output bias, which a reader must add, but flag FFN bias (0x%08x) is not set", t.Name, FlagFFNBias)
+			}
 		}
 		t, err := f.need(IndexName(l.Layer))
 		if err != nil {

@@ -142,3 +142,30 @@ func TestValidateIndexMapHugeN(t *testing.T) {
 	allocs := testing.AllocsPerRun(3, func() { _ = ValidateIndexMap([]int32{1, 2}, n) })
 	require.Less(t, allocs, 10.0)
 }
+
+// TestFFNBias: a sliced layer's down_proj.bias makes the writer set
+// FlagFFNBias (a whole layer's does not), the reader accepts the flag, and
+// ValidateSelection refuses the bias without the flag or with a shape
+// other than F32 [hidden].
+func TestFFNBias(t *testing.T) {
+	bias := sample{DownBiasName(0), F32, []int{4}, make([]byte, 16)}
+	b := fileBytes(t, testMeta(), append(sparseSample([]int32{5, 0, 2}), bias))
+	f, err := NewFile(b, "s.sinf")
+	require.NoError(t, err)
+	require.Equal(t, uint32(FlagFFNBias), f.Flags)
+	require.NoError(t, f.ValidateSelection())
+
+	f, err = NewFile(patchHeader(b, func(h *Header) { h.Flags = 0 }), "s.sinf")
+	require.NoError(t, err)
+	requireFormatError(t, f.ValidateSelection(), "flags", "down_proj.bias", "s.sinf")
+
+	whole := sample{DownBiasName(1), F32, []int{4}, make([]byte, 16)}
+	f, err = NewFile(fileBytes(t, testMeta(), append(sparseSample([]int32{5, 0, 2}), whole)), "s.sinf")
+	require.NoError(t, err)
+	require.Zero(t, f.Flags, "a whole layer's bias is not the sliced layers' output bias")
+
+	short := sample{DownBiasName(0), F32, []int{3}, make([]byte, 12)}
+	f, err = NewFile(fileBytes(t, testMeta(), append(sparseSample([]int32{5, 0, 2}), short)), "s.sinf")
+	require.NoError(t, err)
+	requireFormatError(t, f.ValidateSelection(), `tensor "model.layers.0.mlp.down_proj.bias"`, "want F32 [4]", "s.sinf")
+}

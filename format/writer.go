@@ -39,6 +39,9 @@ type Writer struct {
 	cur     *tensorWriter // the tensor being written, or nil
 	err     error
 	closed  bool
+	// sliced is the metadata's selection range [lo, hi) (empty: none), for
+	// FlagFFNBias.
+	sliced [2]int
 }
 
 // Create starts writing a .sinf file that will appear at path when Close
@@ -77,6 +80,9 @@ func Create(path string, meta Metadata, align int) (*Writer, error) {
 			MetadataCRC:    Checksum(mb),
 		},
 		release: release,
+	}
+	if sel := meta.Selection; sel != nil {
+		w.sliced = [2]int{sel.FirstLayer, sel.LastLayer}
 	}
 	// The header is written as zeros now and filled in by Close, so a file
 	// cut short before Close fails the magic check.
@@ -275,6 +281,11 @@ func (w *Writer) Close() error {
 		dir = encodeEntry(dir, &w.entries[i])
 	}
 	h := &w.hdr
+	for i := range w.entries {
+		if l, ok := downBiasLayer(w.entries[i].Name); ok && l >= w.sliced[0] && l < w.sliced[1] {
+			h.Flags |= FlagFFNBias // a sliced layer's output bias (spec §6.2)
+		}
+	}
 	h.DirectoryOffset = uint64(w.pos)
 	h.DirectoryLength = uint64(len(dir))
 	h.DirectoryCRC = Checksum(dir)

@@ -43,6 +43,7 @@ type Session struct {
 	// the active set: the masked dense reference the sparse path must equal.
 	MaskedReference bool
 	mass            *MassMeter // see Mass
+	oracle          bool       // per-token rows by true |a| (Mode Oracle; set by Generate)
 
 	buf buffers
 }
@@ -104,7 +105,12 @@ func (s *Session) Reset() {
 	clear(s.active)
 	clear(s.perToken)
 	s.calib = nil
+	s.oracle = false
 }
+
+// Oracle reports whether decode picks its per-token rows by the true |a|
+// (Mode Oracle), reading every stored row.
+func (s *Session) Oracle() bool { return s.oracle }
 
 // SetActive sets the rows of layer i's MLP that Forward computes (nil: all).
 func (s *Session) SetActive(layer int, rows []int32) { s.active[layer] = rows }
@@ -368,6 +374,16 @@ func (s *Session) ffn(i, T int) {
 	for j := range x {
 		x[j] += y[j]
 	}
+	// A reconstructed layer's output bias, added to the residual after the
+	// rows (the CUDA backend adds it the same way, as one more row).
+	if bias := f.DownBias; bias != nil {
+		for t := 0; t < T; t++ {
+			xt := x[t*H : (t+1)*H]
+			for j, bv := range bias {
+				xt[j] += bv
+			}
+		}
+	}
 }
 
 // ffnPerToken computes layer i's MLP for one decoded token over the k rows
@@ -381,8 +397,32 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 	kept := f.Kept()
 	g := b.gate[:kept]
 	kernels.MatVec(s.pool, g, f.Gate, xb)
-	rows := topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
 	clear(y)
+	if s.oracle { // every row's a, the k largest |a| kept
+		u := b.up[:kept]
+		kernels.MatVec(s.pool, u, f.Up, xb)
+		kernels.SwiGLU(s.pool, g, u)
+		score := b.score[:kept]
+		for j, v := range g {
+			score[j] = max(v, -v)
+		}
+		rows := topScore(b.rows[:0], score, b.sel[:kept], k)
+		mask := s.maskFor(f, rows)
+		if s.mass != nil {
+			s.mass.observe(i, g, mask)
+		}
+		for j, keep := range mask {
+			if !keep {
+				g[j] = 0
+			}
+		}
+		if s.Observe != nil {
+			s.Observe.ObserveFFN(i, g, 1, f.Index)
+		}
+		kernels.AddRows(s.pool, y, f.DownT, nil, g)
+		return
+	}
+	rows := topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
 	if s.MaskedReference {
 		u := b.up[:kept]
 		kernels.MatVec(s.pool, u, f.Up, xb)
@@ -419,6 +459,12 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 // and sel ([len(g)] scratch). 1 ≤ k ≤ len(g).
 func topSiLU(p *kernels.Pool, rows []int32, score, sel, g, w []float32, k int) []int32 {
 	GateScores(p, score, g, w)
+	return topScore(rows, score, sel, k)
+}
+
+// topScore appends to rows, in ascending order, the k indices of the
+// largest score (ties: lower index), using sel ([len(score)] scratch).
+func topScore(rows []int32, score, sel []float32, k int) []int32 {
 	copy(sel, score)
 	th := kthLargest(sel, k)
 	ties := k

@@ -94,6 +94,7 @@ func (d cpuDecoder) Prefill(prompt []int, sp Sparsity) ([]int, error) {
 	if sp.Mode.PerToken() {
 		s.startCalib()
 	}
+	s.oracle = sp.Mode == Oracle
 	_, err := s.Forward(prompt, false)
 	s.Observe = saved
 	calib := s.calib

@@ -45,6 +45,10 @@ type MLP struct {
 	Index    []int32     // sliced layers only: [kept] → original neuron in [0, N)
 	Base     int         // sliced layers only: static neurons, rows [0, Base)
 	Sliced   bool
+	// DownBias is a reconstructed sliced layer's output bias (spec §6.2
+	// down_proj.bias, F32 [hidden]), added to the layer's output for every
+	// token and in every mode; nil when the file stores none.
+	DownBias []float32
 }
 
 // Norms are the weight norms of a layer's stored rows, float32 [kept]:
@@ -288,7 +292,12 @@ func loadMLP(src Source, p string, cfg Config, base int) (MLP, error) {
 	if f.Up, err = mat(src, p+"up_proj.weight", kept, H); err != nil {
 		return f, err
 	}
-	f.DownT, err = mat(src, p+"down_proj.weight_t", kept, H)
+	if f.DownT, err = mat(src, p+"down_proj.weight_t", kept, H); err != nil {
+		return f, err
+	}
+	if src.Has(p + "down_proj.bias") {
+		f.DownBias, err = vec(src, p+"down_proj.bias", H)
+	}
 	return f, err
 }
 

@@ -30,6 +30,11 @@ const (
 	// φ = 0.25 reads what SelectInfer's φ = 0.4 reads). Prefill computes every
 	// loaded neuron, as in the other modes; α plays no role.
 	GateFirst
+	// Oracle is a bound, not a method: per decoded token it computes every
+	// loaded neuron and keeps the round(φ·N) with the largest true |a| (a =
+	// silu(gate)·up), zeroing the rest. It saves no bytes (it reads every
+	// stored row); it says how good a per-token pick of that count could be.
+	Oracle
 )
 
 // GateFirstPhi returns the φ at which GateFirst reads per decoded token
@@ -39,23 +44,23 @@ const (
 func GateFirstPhi(gamma, phi float64) float64 { return math.Round((3*phi-gamma)/2*1e9) / 1e9 }
 
 // modeNames are the flag spellings of the modes, in Mode order.
-var modeNames = [...]string{"dense", "selectinfer", "coreinfer", "gatefirst"}
+var modeNames = [...]string{"dense", "selectinfer", "coreinfer", "gatefirst", "oracle"}
 
-// ParseMode parses "dense", "selectinfer", "coreinfer" or "gatefirst".
+// ParseMode parses "dense", "selectinfer", "coreinfer", "gatefirst" or "oracle".
 func ParseMode(s string) (Mode, error) {
 	for i, n := range modeNames {
 		if s == n {
 			return Mode(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown mode %q (want selectinfer, dense, coreinfer or gatefirst)", s)
+	return 0, fmt.Errorf("unknown mode %q (want selectinfer, dense, coreinfer, gatefirst or oracle)", s)
 }
 
 func (m Mode) String() string { return modeNames[m] }
 
 // PerToken reports whether the mode picks decode's neurons per token
-// (GateFirst) rather than once at prefill.
-func (m Mode) PerToken() bool { return m == GateFirst }
+// (GateFirst, Oracle) rather than once at prefill.
+func (m Mode) PerToken() bool { return m == GateFirst || m == Oracle }
 
 // Sparsity configures selective computation. Phi is φ, the fraction of the
 // original N computed in decode; Alpha is α, the fraction of a token's

@@ -23,9 +23,9 @@ echo "== merge: task level (one task) and model level (across tasks)"
 $sinf merge --out "$out/task.scores" "$out/tinystories.scores"
 $sinf merge --out "$out/model.scores" "$out/tinystories.scores" "$out/wikitext2.scores" "$out/xsum.scores"
 
-echo "== convert: gamma 0.7, delta 0.3 over layers [0, 2) of the 2-layer model"
+echo "== convert: gamma 0.7, delta 0.3 over layers [0, 2) of the 2-layer model, reconstructed (the default: refitted rows and an output bias, calibrated on the TinyStories profile split)"
 $sinf convert --quiet --model "$model" --task-scores "$out/task.scores" --model-scores "$out/model.scores" \
-	--gamma 0.7 --delta 0.3 --first-layer 0 --last-layer 2 --out "$out/tinystories-656k.sinf"
+	--gamma 0.7 --delta 0.3 --first-layer 0 --last-layer 2 --data-dir "$data" --out "$out/tinystories-656k.sinf"
 $sinf verify "$out/tinystories-656k.sinf"
 
 echo "== run: sinf-run, gatefirst (the default: phi 0.25 reads what selectinfer reads at 0.4)"

@@ -54,11 +54,13 @@ func TestPipeline(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(svg), "<svg")
 	_, err = run(t, "convert", "--quiet", "--model", model, "--task-scores", p("task.scores"), "--model-scores", p("model.scores"),
-		"--first-layer", "0", "--last-layer", "2", "--out", p("ts.sinf"))
+		"--first-layer", "0", "--last-layer", "2", "--data-dir", data, "--reconstruct-limit", "8", "--out", p("ts.sinf"))
 	require.NoError(t, err)
 	out, err = run(t, "inspect", p("ts.sinf"))
 	require.NoError(t, err)
 	require.Contains(t, out, "kept 269 (70.1% of N), base 115")
+	require.Contains(t, out, "reconstruction     refitted down_proj rows and output bias, calibrated on") // the default, both
+	require.Contains(t, out, "of [tinystories] (profile split)")
 	out, err = run(t, "verify", p("ts.sinf"))
 	require.NoError(t, err)
 	require.Contains(t, out, "all checksums match")

@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"github.com/selectinfer/sinf/runtime"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/recon"
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime/tokenizer"
 )
 
 func convertCommand() *cli.Command {
@@ -20,7 +23,7 @@ func convertCommand() *cli.Command {
 		Usage: "write a slim .sinf file keeping gamma·N FFN neurons per layer in range (base first)",
 		UsageText: "sinf convert --model DIR --task-scores FILE --model-scores FILE [--gamma 0.7] [--delta 0.3]\n" +
 			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q4_k|q5_k|q6_k [--head-dtype D] [--embed-dtype D]]\n" +
-			"   [--random [--seed S]]\n" +
+			"   [--random [--seed S]] [--reconstruct none|bias|refit|both [--reconstruct-data tinystories] [--reconstruct-limit N]]\n" +
 			"   [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
@@ -40,6 +43,11 @@ func convertCommand() *cli.Command {
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
 			&cli.BoolFlag{Name: "weight-aware", Usage: "rank neurons by score × ‖down_proj column‖ (their contribution to the output) instead of the score alone"},
+			&cli.StringFlag{Name: "reconstruct", DefaultText: "both (none with --random)", Usage: "make the kept neurons stand in for the dropped ones, from a calibration pass over --reconstruct-data: " +
+				"bias (the dropped neurons' mean output as an FFN output bias), refit (ridge least-squares refit of the kept down_proj columns), both (the refit with an intercept), none"},
+			&cli.StringFlag{Name: "reconstruct-data", Value: "tinystories", Usage: "comma-separated built-in datasets whose profile split calibrates --reconstruct"},
+			&cli.IntFlag{Name: "reconstruct-limit", Usage: "calibration prompts per dataset (0: the whole profile split)"},
+			dataDirFlag(),
 			&cli.StringFlag{Name: "memory-budget", Usage: "choose the largest gamma whose file + KV cache + runtime fit, e.g. 6.5GiB"},
 			&cli.IntFlag{Name: "context", Value: 2048, Usage: "context length assumed by --memory-budget"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output .sinf file"},
@@ -97,6 +105,29 @@ func convertCommand() *cli.Command {
 					return err
 				}
 			}
+			method := c.String("reconstruct")
+			if method == "" {
+				method = DefaultReconstruct.String()
+				if opt.Random {
+					method = "none"
+				}
+			}
+			if opt.Reconstruct.Method, err = recon.ParseMethod(method); err != nil {
+				return fmt.Errorf("--reconstruct: %w", err)
+			}
+			for _, t := range strings.Split(c.String("reconstruct-data"), ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					opt.Reconstruct.Tasks = append(opt.Reconstruct.Tasks, t)
+				}
+			}
+			opt.Reconstruct.Load = func() ([][]int, error) {
+				tok, err := tokenizer.Load(c.String("model"))
+				if err != nil {
+					return nil, err
+				}
+				p, err := recon.Prompts(opt.Reconstruct.Tasks, dataDir(c), c.Int("reconstruct-limit"), tok)
+				return p, dataHint(err, dataDir(c))
+			}
 			if b := c.String("memory-budget"); b != "" {
 				budget, err := convert.ParseBytes(b)
 				if err != nil {
@@ -123,6 +154,12 @@ func convertCommand() *cli.Command {
 			for _, f := range rep.Warnings {
 				fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", f)
 			}
+			for l := rep.First; l < rep.Last; l++ {
+				if f := rep.Fits[l]; f != nil {
+					fmt.Fprintf(c.App.ErrWriter, "layer %d: %s reconstruction, held-out error of the dropped neurons' output %.3f of plain slicing (bias alone %.3f), ridge c %g\n",
+						l, opt.Reconstruct.Method, f.HeldOutBest(), f.BiasOnly, f.C)
+				}
+			}
 			fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s (source weights %s, %.1f%%), layers [%d, %d) sliced, %d of %d parameters stored\n",
 				rep.Path, human(rep.Bytes), human(rep.SourceBytes), 100*float64(rep.Bytes)/float64(rep.SourceBytes),
 				rep.First, rep.Last, rep.StoredParams, rep.OriginalParams)
@@ -130,6 +167,11 @@ func convertCommand() *cli.Command {
 		},
 	}
 }
+
+// DefaultReconstruct is convert's reconstruction of a file chosen by scores
+// (--reconstruct; --random files default to none, the baselines): chosen
+// by measurement on the three shared models (README, Fidelity).
+const DefaultReconstruct = recon.Both
 
 // human formats a byte count (runcmd.Human).
 func human(n int64) string { return runtime.HumanBytes(n) }
@@ -145,6 +187,8 @@ func checkConvertFlags(c *cli.Context) error {
 		return errors.New("--weight-aware weighs the scores and --random reads none: drop one")
 	case c.IsSet("seed") && !c.Bool("random"):
 		return errors.New("--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed")
+	case (c.IsSet("reconstruct-data") || c.IsSet("reconstruct-limit")) && (c.String("reconstruct") == "none" || c.Bool("random") && !c.IsSet("reconstruct")):
+		return errors.New("--reconstruct-data and --reconstruct-limit calibrate --reconstruct: add --reconstruct bias|refit|both or drop them")
 	case c.IsSet("memory-budget") && c.IsSet("gamma"):
 		return errors.New("--memory-budget chooses gamma: give --gamma or --memory-budget, not both")
 	case c.IsSet("context") && !c.IsSet("memory-budget"):

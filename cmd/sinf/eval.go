@@ -22,7 +22,7 @@ func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "eval",
 		Usage: "score a .sinf file or an HF folder on a built-in task (EM/F1, accuracy, BLEU, ROUGE, perplexity)",
-		UsageText: "sinf eval --model FILE.sinf|DIR --task NAME [--mode selectinfer|dense|coreinfer|gatefirst] [--phi F] [--alpha A]\n" +
+		UsageText: "sinf eval --model FILE.sinf|DIR --task NAME [--mode selectinfer|dense|coreinfer|gatefirst|oracle] [--phi F] [--alpha A]\n" +
 			"   [--limit N] [--split profile|eval|all] [--offset N] [--mass] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
 		Flags: append(append(runcmd.SparsityFlags(), splitFlags(dataset.SplitEval)...), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},

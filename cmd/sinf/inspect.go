@@ -133,8 +133,17 @@ func printAnatomy(out io.Writer, a *Anatomy, tensors bool) {
 	fmt.Fprintf(w, "parameters\t%d stored of %d original (%.1f%%)\n", a.ParamsStored, a.ParamsOriginal, 100*float64(a.ParamsStored)/float64(a.ParamsOriginal))
 	if s := a.Selection; s != nil {
 		fmt.Fprintf(w, "selection\tgamma %.3g, delta %.3g, layers [%d, %d), random %v\n", s.Gamma, s.Delta, s.FirstLayer, s.LastLayer, s.Random)
-		for _, l := range s.Layers {
-			fmt.Fprintf(w, "  layer %d\tkept %d (%.1f%% of N), base %d (%.1f%%)\n", l.Layer, l.Kept, 100*float64(l.Kept)/float64(a.Intermediate), l.Base, 100*float64(l.Base)/float64(a.Intermediate))
+		if r := s.Reconstruction; r != nil {
+			what := map[[2]bool]string{{true, false}: "output bias (the dropped neurons' mean output)", {false, true}: "refitted down_proj rows",
+				{true, true}: "refitted down_proj rows and output bias", {false, false}: "none"}[[2]bool{r.Bias, r.Refit}]
+			fmt.Fprintf(w, "reconstruction\t%s, calibrated on %d tokens of %v (profile split)\n", what, r.Tokens, r.Tasks)
+		}
+		for k, l := range s.Layers {
+			ridge := ""
+			if r := s.Reconstruction; r != nil && k < len(r.Ridge) {
+				ridge = fmt.Sprintf(", ridge c %g", r.Ridge[k])
+			}
+			fmt.Fprintf(w, "  layer %d\tkept %d (%.1f%% of N), base %d (%.1f%%)%s\n", l.Layer, l.Kept, 100*float64(l.Kept)/float64(a.Intermediate), l.Base, 100*float64(l.Base)/float64(a.Intermediate), ridge)
 		}
 	}
 	kinds := make([]string, 0, len(a.BytesByKind))

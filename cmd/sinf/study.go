@@ -15,6 +15,7 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/eval"
+	"github.com/selectinfer/sinf/convert/recon"
 	"github.com/selectinfer/sinf/convert/synth"
 )
 
@@ -27,7 +28,9 @@ func studyCommand() *cli.Command {
 			"   [--first-layer F --last-layer L] [--dtypes q8_0,q4_0] [--data-dir DIR] [--no-sweeps] [--mass] [--figures svg|png|pdf] [--strict] --out DIR",
 		Description: "Rows: Dense (the HF folder), γ-Dense (slim file, dense), SelectInfer (slim, selectinfer φ), CoreInfer (γ=1 file,\n" +
 			"coreinfer φ), CoreInfer + selective loading (slim, coreinfer), CoreInfer + random loading (random file, coreinfer),\n" +
-			"GateFirst (slim, gatefirst at the φ that reads SelectInfer's bytes per token).\n" +
+			"GateFirst (slim, gatefirst at the φ that reads SelectInfer's bytes per token), Oracle (slim, the top φ·N by true |a| per token:\n" +
+			"a bound that saves no bytes), γ-Dense with each reconstruction (sinf convert --reconstruct bias|refit|both), and GateFirst and\n" +
+			"Oracle on the --reconstruct file.\n" +
 			"Sweeps on the first task: φ 0.2…0.7, γ 0.5…1.0 (Fig. 10), δ 0.1…0.4 (Fig. 9), layer ranges (Fig. 8), and the\n" +
 			"metric against bytes per decoded token of γ-Dense (over γ), SelectInfer, CoreInfer and GateFirst (over φ): curves.svg.\n" +
 			"Evaluations read the eval half of each dataset (sinf eval --split eval); profile the score files on the profile half.\n" +
@@ -53,6 +56,10 @@ func studyCommand() *cli.Command {
 			&cli.BoolFlag{Name: "mass", Usage: "report the activation mass of every sparse run (sinf eval --mass: slower)"},
 			&cli.StringFlag{Name: "figures", Value: "svg", Usage: "format of the figures: svg, png or pdf"},
 			&cli.StringFlag{Name: "dtypes", Usage: "comma-separated stored dtypes (f32, f16, bf16, q8_0, q4_0) to add as a table: dense, γ-dense and SelectInfer files in each (the paper's Table 4: 70% dense against 4-bit)"},
+			&cli.StringFlag{Name: "reconstruct", Value: "both", Usage: "reconstruction of the GateFirst/Oracle reconstructed rows and the reconstructed γ-Dense curve: bias, refit or both (the table has a γ-Dense row of each)"},
+			&cli.StringFlag{Name: "reconstruct-data", Value: "tinystories", Usage: "comma-separated built-in datasets whose profile split calibrates the reconstruction"},
+			&cli.IntFlag{Name: "reconstruct-limit", Value: 400, Usage: "calibration prompts per dataset (0: the whole profile split)"},
+			&cli.BoolFlag{Name: "no-reconstruct", Usage: "leave out the reconstructed rows and curve"},
 			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},
 			strictFlag(),
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output folder (created; reused to resume)"},
@@ -95,6 +102,20 @@ func studyCommand() *cli.Command {
 				}
 				opt.DTypes = append(opt.DTypes, convert.Recipe{DType: dt, Mix: mix}) // Study drops repeats
 			}
+			var err error
+			if opt.Reconstruct, err = recon.ParseMethod(c.String("reconstruct")); err != nil || opt.Reconstruct == recon.None {
+				return fmt.Errorf("--reconstruct %q: want bias, refit or both (--no-reconstruct leaves the rows out)", c.String("reconstruct"))
+			}
+			for _, t := range strings.Split(c.String("reconstruct-data"), ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					opt.ReconstructData = append(opt.ReconstructData, t)
+				}
+			}
+			opt.ReconstructLimit = c.Int("reconstruct-limit")
+			if opt.ReconstructLimit == 0 {
+				opt.ReconstructLimit = -1 // StudyOptions: < 0 is all
+			}
+			opt.NoReconstruct = c.Bool("no-reconstruct")
 			if !c.Bool("in-process") {
 				exe, err := os.Executable()
 				if err != nil {

@@ -29,7 +29,7 @@ type curve struct {
 }
 
 // curves returns, for the sweep task, each method's finished runs: Dense
-// (the HF folder), γ-Dense over γ, SelectInfer over φ (the Fig. 10 sweep),
+// (the HF folder), γ-Dense over γ (plain and reconstructed), SelectInfer over φ (the Fig. 10 sweep),
 // CoreInfer (full file) and GateFirst (the γ file) over φ.
 func (s *study) curves() []curve {
 	task := s.opt.SweepTask
@@ -54,6 +54,7 @@ func (s *study) curves() []curve {
 	return []curve{
 		{"Dense", color.RGBA{R: 200, G: 60, B: 60, A: 255}, pick(group(GroupTable, "dense/"))},
 		{"γ-Dense", color.RGBA{R: 120, G: 120, B: 120, A: 255}, pick(group(GroupCurves, "gamma-dense-"))},
+		{"γ-Dense + reconstruction", color.RGBA{R: 30, G: 30, B: 30, A: 255}, pick(group(GroupCurves, "recon-gamma-dense-"))},
 		{"SelectInfer", color.RGBA{R: 68, G: 114, B: 196, A: 255}, pick(group(GroupPhi, ""))},
 		{"CoreInfer", color.RGBA{R: 237, G: 125, B: 49, A: 255}, pick(group(GroupCurves, "coreinfer-"))},
 		{"GateFirst", color.RGBA{R: 84, G: 160, B: 70, A: 255}, pick(group(GroupCurves, "gatefirst-"))},
@@ -111,7 +112,7 @@ func (s *study) writeCurves(b *strings.Builder) error {
 // path's extension.
 func (s *study) plotCurves(path, key string, cs []curve) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s vs FFN bytes per decoded token (%s)\nγ-Dense over γ; SelectInfer, GateFirst over φ (γ=%g); CoreInfer over φ (γ=1)",
+	p.Title.Text = fmt.Sprintf("%s vs FFN bytes per decoded token (%s)\nγ-Dense (plain, reconstructed) over γ; SelectInfer, GateFirst over φ (γ=%g); CoreInfer over φ (γ=1)",
 		key, s.opt.SweepTask, s.opt.Gamma)
 	p.X.Label.Text = "FFN weight bytes read per decoded token (MiB)"
 	p.Y.Label.Text = key

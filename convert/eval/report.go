@@ -63,8 +63,12 @@ func (s *study) rowLabel(id, label string) string {
 		return fmt.Sprintf("%s (φ=%g)", label, o.Phi)
 	case "coreinfer-selective", "coreinfer-random":
 		return fmt.Sprintf("%s (γ=%g, φ=%g)", label, o.Gamma, o.Phi)
-	case "gatefirst":
+	case "gatefirst", "gatefirst-recon":
 		return fmt.Sprintf("%s (γ=%g, φ=%g: SelectInfer's bytes per token)", label, o.Gamma, runtime.GateFirstPhi(o.Gamma, o.Phi))
+	case "oracle", "oracle-recon":
+		return fmt.Sprintf("%s (γ=%g, φ=%g)", label, o.Gamma, runtime.GateFirstPhi(o.Gamma, o.Phi))
+	case "gamma-dense-rbias", "gamma-dense-rrefit", "gamma-dense-rboth":
+		return fmt.Sprintf("%s (γ=%g)", label, o.Gamma)
 	}
 	return label
 }

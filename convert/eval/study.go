@@ -16,6 +16,7 @@ import (
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/convert/hf"
+	"github.com/selectinfer/sinf/convert/recon"
 	"github.com/selectinfer/sinf/convert/scores"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
@@ -88,8 +89,18 @@ type StudyOptions struct {
 	// (hf.Options.Strict), in the conversions and the Dense row's runs
 	// (Options.Strict); without it they are skipped, with a warning in Log.
 	Strict bool
-	Runner Runner // nil: InProcess
-	Log    io.Writer
+	// Reconstruct is the reconstruction of the reconstructed rows' files
+	// (GateFirst, Oracle and the γ-Dense curve; default recon.Both); the
+	// table also has a γ-Dense row for each of bias, refit and both.
+	// ReconstructData (default tinystories) and ReconstructLimit (default
+	// 400 prompts per dataset; < 0: all) are the calibration text (the
+	// profile split). NoReconstruct leaves these rows out.
+	Reconstruct      recon.Method
+	ReconstructData  []string
+	ReconstructLimit int
+	NoReconstruct    bool
+	Runner           Runner // nil: InProcess
+	Log              io.Writer
 }
 
 // Sweep values (paper Fig. 10, 9).
@@ -182,12 +193,16 @@ type fileSpec struct {
 	gamma, delta float64
 	lo, hi       int
 	dtype        convert.Recipe // DType 0: the checkpoint's
+	recon        recon.Method   // slim files: the reconstruction (None: plain)
 }
 
 func (f fileSpec) name() string {
 	var d string
 	if f.dtype.DType != 0 {
 		d = "-" + f.dtype.ID()
+	}
+	if f.recon != recon.None {
+		d += "-r" + f.recon.String()
 	}
 	switch f.kind {
 	case FileSlim:
@@ -232,6 +247,7 @@ type study struct {
 	digest   string
 	taskSc   *scores.File
 	modelSc  *scores.File
+	calib    [][]int // reconstruction prompts (calibration)
 	failures int
 }
 
@@ -287,6 +303,15 @@ func newStudy(opt StudyOptions) (*study, error) {
 	}
 	if opt.Runner == nil {
 		opt.Runner = InProcess
+	}
+	if opt.Reconstruct == recon.None {
+		opt.Reconstruct = recon.Both
+	}
+	if len(opt.ReconstructData) == 0 {
+		opt.ReconstructData = []string{"tinystories"}
+	}
+	if opt.ReconstructLimit == 0 {
+		opt.ReconstructLimit = 400
 	}
 	var dts []convert.Recipe // without repeats: each dtype's rows once
 	for _, d := range opt.DTypes {
@@ -370,6 +395,12 @@ var tableRows = []struct{ id, label string }{
 	{"coreinfer-selective", "CoreInfer + selective loading"},
 	{"coreinfer-random", "CoreInfer + random loading"},
 	{"gatefirst", "GateFirst"},
+	{"oracle", "Oracle: top φ·N by true \\|a\\| per token (a bound; reads every stored row)"},
+	{"gamma-dense-rbias", "γ-Dense + bias compensation"},
+	{"gamma-dense-rrefit", "γ-Dense + refit"},
+	{"gamma-dense-rboth", "γ-Dense + refit and bias"},
+	{"gatefirst-recon", "GateFirst, reconstructed file"},
+	{"oracle-recon", "Oracle, reconstructed file"},
 }
 
 // dtypeID names a recipe in run IDs and file names ("q4_0", "q4_k_m").
@@ -398,8 +429,23 @@ func (s *study) buildPlan() {
 		s.add(GroupTable, tableRows[3].label, tableRows[3].id, task, runtime.CoreInfer, full, o.Phi)
 		s.add(GroupTable, tableRows[4].label, tableRows[4].id, task, runtime.CoreInfer, slim, o.Phi)
 		s.add(GroupTable, tableRows[5].label, tableRows[5].id, task, runtime.CoreInfer, random, o.Phi)
-		if phi := runtime.GateFirstPhi(o.Gamma, o.Phi); phi > 0 {
+		phi := runtime.GateFirstPhi(o.Gamma, o.Phi)
+		if phi > 0 {
 			s.add(GroupTable, tableRows[6].label, tableRows[6].id, task, runtime.GateFirst, slim, phi)
+			s.add(GroupTable, tableRows[7].label, tableRows[7].id, task, runtime.Oracle, slim, phi)
+		}
+		if !o.NoReconstruct {
+			for i, m := range []recon.Method{recon.Bias, recon.Refit, recon.Both} {
+				fs := slim
+				fs.recon = m
+				s.add(GroupTable, tableRows[8+i].label, tableRows[8+i].id, task, runtime.Dense, fs, o.Gamma)
+			}
+			if phi > 0 {
+				fs := slim
+				fs.recon = o.Reconstruct
+				s.add(GroupTable, tableRows[11].label, tableRows[11].id, task, runtime.GateFirst, fs, phi)
+				s.add(GroupTable, tableRows[12].label, tableRows[12].id, task, runtime.Oracle, fs, phi)
+			}
 		}
 		for _, d := range o.DTypes {
 			full, slim := full, slim
@@ -464,6 +510,10 @@ func (s *study) buildPlan() {
 		fs := slim
 		fs.gamma = g
 		s.add(GroupCurves, "γ-Dense γ="+ftoa(g), "gamma-dense-gamma="+ftoa(g), task, runtime.Dense, fs, g)
+		if !o.NoReconstruct && g < 1 {
+			fs.recon = o.Reconstruct
+			s.add(GroupCurves, "γ-Dense + reconstruction γ="+ftoa(g), "recon-gamma-dense-gamma="+ftoa(g), task, runtime.Dense, fs, g)
+		}
 	}
 	for _, phi := range CurvePhis {
 		s.add(GroupCurves, "CoreInfer φ="+ftoa(phi), "coreinfer-phi="+ftoa(phi), task, runtime.CoreInfer, full, phi)
@@ -709,6 +759,13 @@ func (s *study) ensure(fs fileSpec) error {
 	}
 	opt := convert.Options{Gamma: fs.gamma, Delta: fs.delta, FirstLayer: fs.lo, LastLayer: fs.hi, ExplicitRange: true,
 		Random: fs.kind != FileSlim, Seed: s.opt.Seed, DType: fs.dtype.DType, Mix: fs.dtype.Mix}
+	if fs.recon != recon.None {
+		prompts, err := s.calibration()
+		if err != nil {
+			return err
+		}
+		opt.Reconstruct = convert.Reconstruct{Method: fs.recon, Prompts: prompts, Tasks: s.opt.ReconstructData, Threads: s.opt.Threads}
+	}
 	if fs.kind == FileSlim {
 		if err := s.readScores(); err != nil {
 			return err
@@ -724,6 +781,22 @@ func (s *study) ensure(fs fileSpec) error {
 	s.logf("converted %s (%d bytes, %.1f s)", path, rep.Bytes, time.Since(start).Seconds())
 	s.ensured[path] = true
 	return nil
+}
+
+// calibration returns (reading once) the reconstruction's calibration
+// prompts: the profile split of ReconstructData.
+func (s *study) calibration() ([][]int, error) {
+	if s.calib != nil {
+		return s.calib, nil
+	}
+	tok, err := tokenizer.Load(s.opt.Model)
+	if err != nil {
+		return nil, err
+	}
+	if s.calib, err = recon.Prompts(s.opt.ReconstructData, s.opt.DataDir, max(s.opt.ReconstructLimit, 0), tok); err != nil {
+		return nil, err
+	}
+	return s.calib, nil
 }
 
 // openCheckpoint maps the HF checkpoint once (s.ck) and checks it as the
@@ -807,6 +880,15 @@ func (s *study) readScores() error {
 	return nil
 }
 
+// sameReconstruction reports whether a file's reconstruction record r is
+// what method m on the study's calibration data gives.
+func sameReconstruction(r *format.Reconstruction, m recon.Method, o StudyOptions) bool {
+	if r == nil || m == recon.None {
+		return r == nil && m == recon.None
+	}
+	return r.Bias == m.HasBias() && r.Refit == m.HasRefit() && slices.Equal(r.Tasks, o.ReconstructData)
+}
+
 // check returns why the existing file at path cannot be reused ("" if it can).
 func (s *study) check(path string, fs fileSpec) string {
 	f, err := format.Open(path)
@@ -830,6 +912,8 @@ func (s *study) check(path string, fs fileSpec) string {
 		return "converted from another checkpoint"
 	case fs.dtype.DType != 0 && meta.DType != fs.dtype.FFNDType(s.cfg.Hidden):
 		return "another dtype"
+	case !sameReconstruction(sel.Reconstruction, fs.recon, s.opt):
+		return "another reconstruction"
 	}
 	if fs.kind == FileSlim {
 		for _, c := range []struct {

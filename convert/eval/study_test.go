@@ -81,7 +81,7 @@ func studyOptions(t *testing.T, c *counter, tasks []string, limit int) (opt eval
 	out = filepath.Join(dir, "study")
 	opt = eval.StudyOptions{Model: model, TaskScores: writeScores(t, dir, model, data, "tinystories"),
 		ModelScores: writeScores(t, dir, model, data, "xsum"), Tasks: tasks, Limit: limit, DataDir: data, Out: out,
-		Threads: threads, Context: 128, Runner: c.run}
+		Threads: threads, Context: 128, Runner: c.run, ReconstructLimit: 8}
 	return opt, model, data, out
 }
 
@@ -101,14 +101,16 @@ func TestStudy(t *testing.T) {
 		require.NotEmpty(t, r.Metrics, r.ID)
 		ids[r.ID] = r
 	}
-	for _, row := range []string{"dense", "gamma-dense", "selectinfer", "coreinfer", "coreinfer-selective", "coreinfer-random", "gatefirst"} {
+	for _, row := range []string{"dense", "gamma-dense", "selectinfer", "coreinfer", "coreinfer-selective", "coreinfer-random", "gatefirst",
+		"oracle", "gamma-dense-rbias", "gamma-dense-rrefit", "gamma-dense-rboth", "gatefirst-recon", "oracle-recon"} {
 		for _, task := range opt.Tasks {
 			require.Contains(t, ids, "table/"+row+"/"+task)
 		}
 	}
 	for _, id := range []string{"fig10_phi/phi=0.2/tinystories", "fig10_phi/phi=0.7/tinystories", "fig10_gamma/gamma=1/tinystories",
 		"fig9_delta/delta=0.1/tinystories", "fig8_layers/L0-1/tinystories", "fig8_layers/L1-2/tinystories", "fig8_layers/L0-2/tinystories",
-		"curves/gatefirst-phi=0.1/tinystories", "curves/coreinfer-phi=0.7/tinystories", "curves/gamma-dense-gamma=0.5/tinystories"} {
+		"curves/gatefirst-phi=0.1/tinystories", "curves/coreinfer-phi=0.7/tinystories", "curves/gamma-dense-gamma=0.5/tinystories",
+		"curves/recon-gamma-dense-gamma=0.5/tinystories"} {
 		require.Contains(t, ids, id)
 	}
 	si := ids["table/selectinfer/tinystories"]
@@ -123,6 +125,19 @@ func TestStudy(t *testing.T) {
 	// SelectInfer 154 neurons × 3 rows, GateFirst 269 gate rows + 2 × 96.
 	assert.Equal(t, int64(2*154*3*128*4), sel.FFNBytesPerToken)
 	assert.Equal(t, int64(2*(269+2*96)*128*4), gf.FFNBytesPerToken)
+	// The oracle reads every stored row (a bound); the reconstructed rows
+	// run on their files, which record the reconstruction.
+	assert.Equal(t, int64(2*269*3*128*4), ids["table/oracle/tinystories"].FFNBytesPerToken)
+	assert.Equal(t, "oracle", ids["table/oracle-recon/tinystories"].Mode)
+	for id, m := range map[string][2]bool{"gamma-dense-rbias": {true, false}, "gamma-dense-rrefit": {false, true}, "gamma-dense-rboth": {true, true}} {
+		f, err := format.Open(ids["table/"+id+"/tinystories"].File)
+		require.NoError(t, err)
+		r := f.Metadata().Selection.Reconstruction
+		require.NotNil(t, r, id)
+		assert.Equal(t, m, [2]bool{r.Bias, r.Refit}, id)
+		assert.Equal(t, []string{"tinystories"}, r.Tasks, id)
+		f.Close()
+	}
 	for _, f := range []string{"results.json", "table.md", "fig10_phi.svg", "fig10_gamma.svg", "fig9_delta.svg", "fig8_layers.svg", eval.CurvesFile,
 		"slim-g0.70-d0.30-L0-2.sinf", "random-g0.70-L0-2.sinf", "full-L0-2.sinf"} {
 		st, err := os.Stat(filepath.Join(out, f))
@@ -198,7 +213,7 @@ func TestStudy(t *testing.T) {
 	opt.Limit, opt.NoSweeps, opt.Tasks = 1, true, []string{"tinystories"}
 	_, err = eval.Study(opt)
 	require.NoError(t, err)
-	assert.Len(t, c.runs, 7)
+	assert.Len(t, c.runs, 13)
 
 	// A damaged file is converted again when runs need it.
 	require.NoError(t, os.WriteFile(slim, []byte("not a sinf file"), 0o644))
@@ -206,7 +221,7 @@ func TestStudy(t *testing.T) {
 	opt.Limit = 2
 	_, err = eval.Study(opt)
 	require.NoError(t, err)
-	assert.Len(t, c.runs, 7, strings.Join(c.runs, "; "))
+	assert.Len(t, c.runs, 13, strings.Join(c.runs, "; "))
 	f, err := format.Open(slim)
 	require.NoError(t, err)
 	assert.NoError(t, f.Verify())
@@ -280,7 +295,7 @@ func TestStudyDTypes(t *testing.T) {
 	require.Contains(t, string(table), "## Stored dtype")
 	require.Contains(t, string(table), "| SelectInfer (γ=0.7, δ=0.3, φ=0.4), Q4_0 |")
 	require.Equal(t, 1, strings.Count(string(table), "| Dense, Q8_0 |"))
-	require.Len(t, res.Runs, 7+2*3) // the seven table rows on one task, and three per dtype (Q8_0 once)
+	require.Len(t, res.Runs, 13+2*3) // the 13 table rows on one task, and three per dtype (Q8_0 once)
 }
 
 // TestStudyMassCurves: with Mass, every sparse run carries the activation

@@ -26,7 +26,8 @@ type Plan interface {
 // len(active) neurons (len(active)·3·hidden·s), one picking k rows per token
 // every gate row and k up and down rows ((kept + 2k)·hidden·s). plan is the
 // session (Session.Active, Session.PerToken); nil means every layer computes
-// all it stores. The embedding row, norms, biases and the KV cache are left
+// all it stores, and so does a plan whose Oracle() is true (runtime.Oracle,
+// which computes every stored row). The embedding row, norms, biases and the KV cache are left
 // out (negligible).
 func BytesPerToken(m *runtime.Model, plan Plan) DecodeBytes {
 	var d DecodeBytes
@@ -39,6 +40,9 @@ func BytesPerToken(m *runtime.Model, plan Plan) DecodeBytes {
 		k := 0
 		if plan != nil {
 			rows, k = plan.Active(i), plan.PerToken(i)
+		}
+		if o, ok := plan.(interface{ Oracle() bool }); ok && o.Oracle() {
+			rows, k = nil, 0 // the oracle reads every stored row (a bound)
 		}
 		if rows == nil && k == 0 {
 			d.FFN += int64(f.Gate.Bytes() + f.Up.Bytes() + f.Down.Bytes() + f.DownT.Bytes())

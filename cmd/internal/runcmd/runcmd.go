@@ -132,7 +132,7 @@ func PenaltyFlags() []cli.Flag {
 // sinf-run, bench and eval share them.
 func SparsityFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "mode", Usage: "gatefirst, selectinfer, coreinfer or dense (default: gatefirst for a .sinf file that drops neurons, else dense)"},
+		&cli.StringFlag{Name: "mode", Usage: "gatefirst, selectinfer, coreinfer, dense, or oracle (a CPU bound: the top φ·N by true |a| per token, reading every row) (default: gatefirst for a .sinf file that drops neurons, else dense)"},
 		&cli.Float64Flag{Name: "phi", Value: runtime.DefaultSparsity.Phi, Usage: "phi: fraction of N computed per decode step in sliced layers; gatefirst computes every stored gate row and phi·N up and down rows, and defaults to the phi that reads what selectinfer reads at 0.4, (3·0.4 − gamma)/2 (0.25 on a gamma 0.7 file)"},
 		&cli.Float64Flag{Name: "alpha", Value: runtime.DefaultSparsity.Alpha, Usage: "alpha: fraction of each prompt token's positive activations counted"},
 	}
