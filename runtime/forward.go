@@ -386,6 +386,26 @@ func (s *Session) ffn(i, T int) {
 	}
 }
 
+// maskedRows finishes a per-token layer i computed over every row (the
+// oracle, MaskedReference): a = silu(g)·u of every row in g [kept], the
+// rows not picked zeroed, then y = Σ_r a_r · downT_r, observed as decode
+// sees it (mass, Observe).
+func (s *Session) maskedRows(i int, f *MLP, g []float32, rows []int32, y []float32) {
+	mask := s.maskFor(f, rows)
+	if s.mass != nil {
+		s.mass.observe(i, g, mask)
+	}
+	for j, keep := range mask {
+		if !keep {
+			g[j] = 0
+		}
+	}
+	if s.Observe != nil {
+		s.Observe.ObserveFFN(i, g, 1, f.Index)
+	}
+	kernels.AddRows(s.pool, y, f.DownT, nil, g)
+}
+
 // ffnPerToken computes layer i's MLP for one decoded token over the k rows
 // picked from its gate (GateFirst): y = Σ_{r ∈ top k} silu(g_r)·u_r · downT_r
 // with g = gate_proj·x over every loaded row, the top k by |silu(g_r)|·w_r
@@ -406,20 +426,7 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 		for j, v := range g {
 			score[j] = max(v, -v)
 		}
-		rows := topScore(b.rows[:0], score, b.sel[:kept], k)
-		mask := s.maskFor(f, rows)
-		if s.mass != nil {
-			s.mass.observe(i, g, mask)
-		}
-		for j, keep := range mask {
-			if !keep {
-				g[j] = 0
-			}
-		}
-		if s.Observe != nil {
-			s.Observe.ObserveFFN(i, g, 1, f.Index)
-		}
-		kernels.AddRows(s.pool, y, f.DownT, nil, g)
+		s.maskedRows(i, f, g, topScore(b.rows[:0], score, b.sel[:kept], k), y)
 		return
 	}
 	rows := topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
@@ -427,19 +434,7 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 		u := b.up[:kept]
 		kernels.MatVec(s.pool, u, f.Up, xb)
 		kernels.SwiGLU(s.pool, g, u)
-		mask := s.maskFor(f, rows)
-		if s.mass != nil {
-			s.mass.observe(i, g, mask)
-		}
-		for j, keep := range mask {
-			if !keep {
-				g[j] = 0
-			}
-		}
-		if s.Observe != nil {
-			s.Observe.ObserveFFN(i, g, 1, f.Index)
-		}
-		kernels.AddRows(s.pool, y, f.DownT, nil, g)
+		s.maskedRows(i, f, g, rows, y)
 		return
 	}
 	h, u := b.h[:k], b.up[:k]

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/selectinfer/sinf/runtime/chat"
@@ -159,6 +160,29 @@ func (s *Server) admitEncode(w http.ResponseWriter, encode promptFunc) ([]int, i
 	return ids, dropped, true
 }
 
+// generateWhole generates the whole reply of a request that is not
+// streamed: its text and log probabilities; on false the error (500, or
+// 503 when the server shuts down; nothing for a client that left) is
+// written and the caller returns.
+func (s *Server) generateWhole(w http.ResponseWriter, r *http.Request, arrived time.Time, ids []int, req request) (string, []tokenLogprob, outcome, bool) {
+	var text strings.Builder
+	var lps []tokenLogprob
+	o, err := s.generate(r.Context(), arrived, ids, req, func(t string, l []tokenLogprob) error {
+		text.WriteString(t)
+		lps = append(lps, l...)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errCancelled) {
+			writeError(w, &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"})
+		} else if r.Context().Err() == nil {
+			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "the server is shutting down", Type: "server_error"})
+		}
+		return "", nil, o, false
+	}
+	return text.String(), lps, o, true
+}
+
 // run admits a parsed request, then encodes its prompt (encode: the
 // template rendered and the text tokenized only once the request holds its
 // place), generates, and writes the response: one JSON object, or with
@@ -184,26 +208,15 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 		w.Header().Set("X-Sinf-Dropped-Messages", strconv.Itoa(req.dropped))
 	}
 	if !req.stream {
-		var text bytes.Buffer
-		var lps []tokenLogprob
-		o, err := s.generate(r.Context(), arrived, ids, req, func(t string, l []tokenLogprob) error {
-			text.WriteString(t)
-			lps = append(lps, l...)
-			return nil
-		})
-		if err != nil {
-			if !errors.Is(err, errCancelled) {
-				writeError(w, &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"})
-			} else if r.Context().Err() == nil {
-				writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "the server is shutting down", Type: "server_error"})
-			}
+		text, lps, o, ok := s.generateWhole(w, r, arrived, ids, req)
+		if !ok {
 			return
 		}
 		if s.cfg.WriteTimeout > 0 {
 			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		}
 		resp := map[string]any{"id": id, "object": object, "created": created, "model": model,
-			"choices": []any{whole(text.String(), o.finish, lps)}, "usage": o.usage, "timings": o.timings}
+			"choices": []any{whole(text, o.finish, lps)}, "usage": o.usage, "timings": o.timings}
 		if req.dropped > 0 {
 			resp["dropped_messages"] = req.dropped
 		}

@@ -285,22 +285,11 @@ func (s *Server) runTools(w http.ResponseWriter, r *http.Request, arrived time.T
 		defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) }()
 	}
 	id, created, model := newID("chatcmpl-"), time.Now().Unix(), s.cfg.ModelID
-	var text strings.Builder
-	var lps []tokenLogprob
-	o, err := s.generate(r.Context(), arrived, ids, req, func(t string, l []tokenLogprob) error {
-		text.WriteString(t)
-		lps = append(lps, l...)
-		return nil
-	})
-	if err != nil {
-		if !errors.Is(err, errCancelled) {
-			writeError(w, &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"})
-		} else if r.Context().Err() == nil {
-			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "the server is shutting down", Type: "server_error"})
-		}
+	text, lps, o, ok := s.generateWhole(w, r, arrived, ids, req)
+	if !ok {
 		return
 	}
-	calls, content := tools.parseToolCalls(text.String())
+	calls, content := tools.parseToolCalls(text)
 	msg := map[string]any{"role": "assistant", "content": content}
 	finish := o.finish
 	if calls != nil {
