@@ -28,17 +28,26 @@ import "time"
 // 28). Dividing by the pool's runnable time, not the window, makes a parked
 // worker count for nothing instead of for quiet.
 //
-// With all CPUs free, the pool's threads wait only while a kernel or runtime
-// thread preempts them (a few % of their runnable time); with one core of two
-// busy, three threads share two CPUs and each waits about a third of the time
-// it is runnable. adaptWait lies between. Windows of 10 ms let short runs
-// adapt too and cost one schedstat read per pool thread per window (35 µs
-// for a 2-thread pool on a loaded 2-core VM, 0.35% of a window; 0
-// allocations: BenchmarkRunDelayRead).
+// With all CPUs free the pool's threads still wait now and then (the
+// kernel's and the Go runtime's threads preempt them), and schedstat credits
+// a run delay only when the thread gets its CPU back, in lumps of a scheduler
+// slice (2–7 ms): on a free 2-vCPU VM (SmolLM2-135M shape, F16, 2 threads)
+// 10 ms windows read 0.2–0.57 of waiting in bursts, two in a row often
+// enough that the pool spent most of a run on one thread (issue 28), while
+// over 100 ms the same run never read above 0.10 (0.04 on average). With
+// one core of two busy (sinf bench --busy 1) 100 ms windows read 0.25–0.55.
+// So a window is adaptWindow = 100 ms, adaptWait lies between, and the pool
+// reacts in two windows (200 ms). A probe that fails (the pool drops back
+// within adaptProbe windows of it) doubles the quiet windows before the next
+// one, up to maxProbe, so a busy core costs the pool 200 ms at the wrong
+// count every 8 s at most; a probe that holds resets it. One schedstat read
+// per pool thread per window costs 35 µs for a 2-thread pool on a loaded
+// 2-core VM (0.035% of a window; 0 allocations: BenchmarkRunDelayRead).
 const (
-	adaptWindow = 10 * time.Millisecond
+	adaptWindow = 100 * time.Millisecond
 	adaptWait   = 0.15
-	adaptProbe  = 100 // quiet windows before trying one more worker (1 s)
+	adaptProbe  = 10 // quiet windows before trying one more worker (1 s)
+	maxProbe    = 80 // after failed probes, at most this many (8 s)
 	// minRunnable: a window whose pool threads were runnable for less than
 	// this in all (an idle pool between requests) is no evidence either way.
 	minRunnable = adaptWindow / 10
@@ -104,17 +113,36 @@ func (p *Pool) readTimes(caller int64) bool {
 // and waited waited ns in all (sums over readings).
 func (p *Pool) observe(t time.Duration, ran, waited int64) {
 	if p.winStart != 0 {
+		if p.probeAfter == 0 {
+			p.probeAfter = adaptProbe
+		}
+		if p.probeAge > 0 {
+			p.probeAge++
+		}
 		dr, dw := ran-p.winRan, waited-p.winWaited
-		if runnable := dr + dw; runnable >= int64(minRunnable) && float64(dw) > adaptWait*float64(runnable) {
+		runnable := dr + dw
+		switch busy := runnable >= int64(minRunnable) && float64(dw) > adaptWait*float64(runnable); {
+		case busy && p.quiet < 0:
 			// Two windows in a row: one alone is often a page fault or a
-			// kernel thread.
-			if p.quiet < 0 {
-				p.active = max(1, p.active-1)
+			// burst of the kernel's threads.
+			p.active = max(1, p.active-1)
+			if p.probeAge > 0 { // the probe failed: wait longer for the next
+				p.probeAfter = min(2*p.probeAfter, maxProbe)
+				p.probeAge = 0
 			}
+		case busy:
 			p.quiet = -1
-		} else if p.quiet = max(p.quiet, 0) + 1; p.quiet >= adaptProbe && p.active < p.workers {
-			p.active++
-			p.quiet = 0
+		default:
+			p.quiet = max(p.quiet, 0) + 1
+			if p.probeAge > adaptProbe { // the probe held
+				p.probeAfter = adaptProbe
+				p.probeAge = 0
+			}
+			if p.quiet >= p.probeAfter && p.active < p.workers {
+				p.active++
+				p.quiet = 0
+				p.probeAge = 1
+			}
 		}
 	}
 	p.winStart, p.winRan, p.winWaited = t, ran, waited

@@ -68,12 +68,16 @@ type Pool struct {
 	tids []atomic.Int64
 	// adapt's state (caller only): the threads woken for a call, the
 	// current window's start, quiet windows in a row (-1: the last window
-	// was not quiet), the last reading of each thread ([0]: the caller's),
+	// was not quiet), the quiet windows the next probe waits for (0:
+	// adaptProbe) and the windows since the last probe, plus one (0: no probe
+	// on trial), the last reading of each thread ([0]: the caller's),
 	// the growth of their times on a CPU and run delays summed over
 	// readings, and those sums at winStart, ns.
 	active            int
 	winStart          time.Duration
 	quiet             int
+	probeAfter        int
+	probeAge          int
 	last              []threadTimes
 	ran, waited       int64
 	winRan, winWaited int64

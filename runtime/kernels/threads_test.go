@@ -53,8 +53,9 @@ func TestPhysicalCores(t *testing.T) {
 // TestAdapt feeds the controller windows of run delay, as fractions of the
 // pool threads' runnable time: two oversubscribed windows in a row take one
 // thread away, one alone does not, and adaptProbe quiet windows give one
-// back, never beyond the pool or below the caller. A window whose threads
-// were hardly runnable is no evidence.
+// back, never beyond the pool or below the caller; a probe that fails
+// doubles the quiet windows before the next (up to maxProbe), one that holds
+// resets them. A window whose threads were hardly runnable is no evidence.
 func TestAdapt(t *testing.T) {
 	p := &Pool{workers: 3, active: 3}
 	var clock time.Duration
@@ -79,7 +80,23 @@ func TestAdapt(t *testing.T) {
 	require.Equal(t, 2, window(0.1), "probe one more after %d quiet windows", adaptProbe)
 	require.Equal(t, 2, window(0.33))
 	require.Equal(t, 1, window(0.33), "the probe oversubscribed (one core of two busy): back")
-	for range 3 * adaptProbe {
+	// The failed probe doubles the wait for the next one.
+	for i := 1; i < 2*adaptProbe; i++ {
+		require.Equal(t, 1, window(0.1), "quiet window %d after a failed probe", i)
+	}
+	require.Equal(t, 2, window(0.1), "probe again after %d quiet windows", 2*adaptProbe)
+	window(0.33)
+	require.Equal(t, 1, window(0.33), "failed again")
+	for range 4*adaptProbe - 1 {
+		require.Equal(t, 1, window(0))
+	}
+	require.Equal(t, 2, window(0), "probe after %d quiet windows", 4*adaptProbe)
+	// This probe holds: after adaptProbe windows the wait is adaptProbe again.
+	for i := 1; i < adaptProbe; i++ {
+		require.Equal(t, 2, window(0), "window %d after a probe that holds", i)
+	}
+	require.Equal(t, 3, window(0), "the next probe comes after adaptProbe windows again")
+	for range 3 * maxProbe {
 		window(0)
 	}
 	require.Equal(t, 3, p.active, "never beyond the pool")
@@ -92,6 +109,14 @@ func TestAdapt(t *testing.T) {
 		p.observe(clock, ran, waited)
 	}
 	require.Equal(t, 3, p.active)
+
+	// Failed probes never wait longer than maxProbe windows.
+	for range 30 {
+		p.probeAge = 1
+		window(0.9)
+		window(0.9)
+	}
+	require.Equal(t, maxProbe, p.probeAfter)
 }
 
 // TestAdaptOwnThreads drives a real pool's adapt with injected schedstat
