@@ -168,7 +168,7 @@ cuda/build/emu-asan/kernels_test: cuda/build/emu-asan/libsinfcuda.a cuda/emu/ker
 cuda/build/emu-mut/kernels_test: cuda/build/emu-tsan/kernels_test
 	rm -rf cuda/build/emu-mut && mkdir -p cuda/build/emu-mut/kernels
 	cp cuda/sinfcuda.h cuda/build/emu-mut/ && cp cuda/kernels/* cuda/build/emu-mut/kernels/
-	awk '/float block_sum\(float v\)/ { inside = 1 } inside && /__syncthreads\(\);/ && !done { sub(/__syncthreads\(\);/, "/* mutated: no barrier */"); done = 1 } { print }' \
+	awk '/T block_sum\(T v\)/ { inside = 1 } inside && /__syncthreads\(\);/ && !done { sub(/__syncthreads\(\);/, "/* mutated: no barrier */"); done = 1 } { print }' \
 		cuda/kernels/common.cuh > cuda/build/emu-mut/kernels/common.cuh
 	! cmp -s cuda/kernels/common.cuh cuda/build/emu-mut/kernels/common.cuh
 	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -Wno-tsan -x c++ -c cuda/build/emu-mut/kernels/elementwise.cu -o cuda/build/emu-mut/elementwise.o

@@ -118,6 +118,25 @@ func BenchmarkKernels(b *testing.B) {
 	b.Run("add-rows-gathered-phi0.4", func(b *testing.B) {
 		benchKernel(b, d, float64(phiN*H*h2+8*phiN+8*H), func() { d.addRows(out, downT, rows, phiN, xN, true) })
 	})
+	// The block dtypes' decode products: bytes are the rows' blocks (34 or
+	// 18 per 32 weights) plus x, its int8 blocks (written and read) and the
+	// output.
+	for _, dt := range []format.DType{format.Q8_0, format.Q4_0} {
+		_, bb := dt.Block()
+		rowBytes := float64(H / 32 * bb)
+		qw := func(rows int) weight { return p.weights(rng, dt, rows, H).g }
+		qkvQ, gateQ, upQ, downQ := qw(H), qw(N), qw(N), qw(N)
+		xq := float64(4*H + 2*(H+4*H/32))
+		b.Run("matvec-q-2048x2048-"+dt.String(), func(b *testing.B) {
+			benchKernel(b, d, float64(H)*rowBytes+xq+4*H, func() { d.matvec(out, qkvQ, 0, H, x, 0, false) })
+		})
+		b.Run("gate-up-gathered-phi0.4-"+dt.String(), func(b *testing.B) {
+			benchKernel(b, d, 2*float64(phiN)*rowBytes+xq+8*float64(phiN), func() { d.gateUp(out, gateQ, upQ, rows, phiN, x) })
+		})
+		b.Run("add-rows-gathered-phi0.4-"+dt.String(), func(b *testing.B) {
+			benchKernel(b, d, float64(phiN)*rowBytes+8*float64(phiN)+8*H, func() { d.addRows(out, downQ, rows, phiN, xN, true) })
+		})
+	}
 	kc, vc := upload(randVec(rng, ctx*kv*hd, 1)), upload(randVec(rng, ctx*kv*hd, 1))
 	q := upload(randVec(rng, heads*hd, 1))
 	b.Run("attention-decode-ctx1024", func(b *testing.B) {

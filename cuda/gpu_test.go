@@ -73,9 +73,26 @@ func (p *pair) weights(rng *rand.Rand, dtype format.DType, rows, cols int) weigh
 	return weights{weight{g, dtype, rows, cols}, weight{rp.ptrs[0], dtype, rows, cols}}
 }
 
-// randWeightBytes encodes n values of N(0, 0.5²) as dtype; past 1M elements
-// (benchmark sizes) the first 1M repeat.
+// randWeightBytes encodes n values of N(0, 0.5²) as dtype (Q8_0/Q4_0: n a
+// multiple of 32, quantized by format.Quantize); past 1M elements (benchmark
+// sizes) the first 1M repeat.
 func randWeightBytes(rng *rand.Rand, dtype format.DType, n int) []byte {
+	if dtype.Quantized() {
+		v := make([]float32, min(n, 1<<20))
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * 0.5)
+		}
+		q, err := format.Quantize(nil, v, dtype)
+		if err != nil {
+			panic(err)
+		}
+		_, bb := dtype.Block()
+		b := make([]byte, 0, n/32*bb)
+		for len(b) < cap(b) {
+			b = append(b, q[:min(len(q), cap(b)-len(b))]...)
+		}
+		return b
+	}
 	es := dtype.Size()
 	b := make([]byte, n*es)
 	const fresh = 1 << 20
@@ -147,31 +164,47 @@ func randRows(rng *rand.Rand, n, of int) []int32 {
 
 func testRopeConfig(hd int) runtime.Config { return runtime.Config{HeadDim: hd, RopeTheta: 10000} }
 
-var dtypes = []format.DType{format.F32, format.F16, format.BF16}
+var (
+	dtypes = []format.DType{format.F32, format.F16, format.BF16}
+	// allDTypes adds the block dtypes, whose rows' lengths are multiples of
+	// 32 (the kernel tests skip the other shapes for them).
+	allDTypes = append(dtypes, format.Q8_0, format.Q4_0)
+)
 
+// tolFor is the relative error allowed against the CPU's kernels: F32 1e-5;
+// F16/BF16 1e-3; Q8_0/Q4_0 1e-5, since both backends quantize x to the same
+// int8 blocks and sum the same integer block dots (only the float sum over
+// blocks, or over a tile, runs in another order).
 func tolFor(d format.DType) float64 {
-	if d == format.F32 {
+	if d == format.F32 || d.Quantized() {
 		return 1e-5
 	}
 	return 1e-3
 }
 
-// TestKernelEmbed: rows are converted exactly.
+// takes reports whether dtype can store rows of cols elements.
+func takes(dtype format.DType, cols int) bool { return !dtype.Quantized() || cols%32 == 0 }
+
+// TestKernelEmbed: rows are converted (dequantized) exactly.
 func TestKernelEmbed(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(1, 1))
-	for _, dt := range dtypes {
-		w := p.weights(rng, dt, 50, 72)
+	for _, dt := range allDTypes {
+		H := 72
+		if !takes(dt, H) {
+			H = 96
+		}
+		w := p.weights(rng, dt, 50, H)
 		ids := p.i32([]int32{3, 49, 0, 3, 17})
-		out := p.zeros(5 * 72)
+		out := p.zeros(5 * H)
 		p.gpu.embed(out.g, w.g, ids.g, 0, 5)
 		p.ref.embed(out.r, w.r, ids.r, 0, 5)
-		g, c := p.get(out, 5*72)
+		g, c := p.get(out, 5*H)
 		require.Equal(t, c, g, "%v", dt)
-		one := p.zeros(72)
+		one := p.zeros(H)
 		p.gpu.embed(one.g, w.g, 0, 42, 1)
 		p.ref.embed(one.r, w.r, 0, 42, 1)
-		g, c = p.get(one, 72)
+		g, c = p.get(one, H)
 		require.Equal(t, c, g, "%v single id", dt)
 	}
 }
@@ -189,13 +222,17 @@ func TestKernelRMSNorm(t *testing.T) {
 }
 
 // TestKernelMatVec: dense and gathered rows, bias, accumulation, each dtype,
-// aligned (vectorised) and odd (scalar) row lengths.
+// aligned (vectorised) and odd (scalar) row lengths; block rows of 3 to 64
+// blocks (the GPU's x quantized to int8 blocks, __dp4a dots).
 func TestKernelMatVec(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(3, 1))
-	for _, dt := range dtypes {
-		for _, shape := range [][2]int{{300, 256}, {129, 100}, {2048, 2048}} {
+	for _, dt := range allDTypes {
+		for _, shape := range [][2]int{{300, 256}, {129, 100}, {129, 96}, {2048, 2048}} {
 			R, C := shape[0], shape[1]
+			if !takes(dt, C) {
+				continue
+			}
 			w := p.weights(rng, dt, R, C)
 			x := p.f32(randVec(rng, C, 1))
 			bias := p.f32(randVec(rng, R, 1))
@@ -216,9 +253,12 @@ func TestKernelMatVec(t *testing.T) {
 func TestKernelGateUp(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(4, 1))
-	for _, dt := range dtypes {
-		for _, shape := range [][2]int{{384, 128}, {172, 64}, {8192, 2048}, {77, 36}} {
+	for _, dt := range allDTypes {
+		for _, shape := range [][2]int{{384, 128}, {172, 64}, {8192, 2048}, {77, 36}, {77, 1088}} {
 			N, H := shape[0], shape[1]
+			if !takes(dt, H) {
+				continue
+			}
 			g, u := p.weights(rng, dt, N, H), p.weights(rng, dt, N, H)
 			x := p.f32(randVec(rng, H, 1))
 			out := p.zeros(N)
@@ -239,9 +279,12 @@ func TestKernelGateUp(t *testing.T) {
 func TestKernelAddRows(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(5, 1))
-	for _, dt := range dtypes {
-		for _, shape := range [][2]int{{269, 128}, {120, 64}, {5734, 2048}, {33, 30}} {
+	for _, dt := range allDTypes {
+		for _, shape := range [][2]int{{269, 128}, {120, 64}, {5734, 2048}, {33, 30}, {33, 96}} {
 			K, H := shape[0], shape[1]
+			if !takes(dt, H) {
+				continue
+			}
 			w := p.weights(rng, dt, K, H)
 			a := p.f32(randVec(rng, K, 1))
 			out := p.f32(randVec(rng, H, 1))
@@ -258,13 +301,17 @@ func TestKernelAddRows(t *testing.T) {
 }
 
 // TestKernelGemm: prefill projections (cuBLAS for F32, the tiled kernel for
-// F16/BF16) and the transposed down_proj, ragged tile edges included.
+// F16/BF16/Q8_0/Q4_0) and the transposed down_proj, ragged tile edges
+// included.
 func TestKernelGemm(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(6, 1))
-	for _, dt := range dtypes {
-		for _, s := range [][3]int{{5, 100, 70}, {70, 128, 384}, {129, 512, 256}} {
+	for _, dt := range allDTypes {
+		for _, s := range [][3]int{{5, 100, 70}, {5, 100, 96}, {70, 128, 384}, {129, 512, 256}} {
 			T, R, C := s[0], s[1], s[2]
+			if !takes(dt, C) {
+				continue
+			}
 			w := p.weights(rng, dt, R, C)
 			x := p.f32(randVec(rng, T*C, 1))
 			bias := p.f32(randVec(rng, R, 1))

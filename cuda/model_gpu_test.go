@@ -8,8 +8,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
 )
+
+// blockWeights returns the dtype of the first block-quantized matrix of m.
+func blockWeights(m *runtime.Model) (format.DType, bool) {
+	return firstWeight(m, format.DType.Quantized)
+}
 
 // openGPU opens a GPU session of m, or skips without a GPU.
 func openGPU(t testing.TB, m *runtime.Model, o Options) *Session {
@@ -85,7 +91,14 @@ func TestGPUGreedyMatchesCPU(t *testing.T) {
 
 // TestGPULogitsAndScore: prefill and decode logits (dense) within 1e-3 of
 // the largest logit, and Score's NLL per token within 1e-3 nats of the CPU's
-// in every mode of the model.
+// in every mode of the model. Q8_0/Q4_0 files: within 3e-2 and 0.15 nats.
+// Their decode products quantize x to int8 blocks, so a last-bit difference
+// of x (the GPU sums attention in another order) can move one block value by
+// a step, 1/127 of the block's largest: the CPU's own kernel sets differ as
+// much on the same file (stories260k Q8_0, per-token NLL: avx2 against
+// avx512vnni up to 0.031 nats, generic against avx512vnni up to 0.12; F32:
+// 1e-5), and the decode logits moved by 1.8% of the largest. A wrong kernel
+// shows far more, and the kernel tests hold each within 1e-5.
 func TestGPULogitsAndScore(t *testing.T) {
 	models := testModels(t)
 	if err := Available(); err != nil {
@@ -94,6 +107,10 @@ func TestGPULogitsAndScore(t *testing.T) {
 	for _, mc := range models {
 		t.Run(mc.name, func(t *testing.T) {
 			m := mc.model
+			logitsTol, nllTol := 1e-3, 1e-3
+			if _, ok := blockWeights(m); ok {
+				logitsTol, nllTol = 3e-2, 0.15
+			}
 			gpu := openGPU(t, m, Options{Context: 64})
 			cpu := m.NewSession(testPool(t), 64)
 			seq := testPrompt(20, m.Config.Vocab)
@@ -107,7 +124,7 @@ func TestGPULogitsAndScore(t *testing.T) {
 					maxAbs = max(maxAbs, math.Abs(float64(want[j])))
 					maxErr = max(maxErr, math.Abs(float64(got[j]-want[j])))
 				}
-				require.LessOrEqual(t, maxErr, 1e-3*maxAbs+1e-5, "logits after %d tokens", cpu.Pos())
+				require.LessOrEqual(t, maxErr, logitsTol*maxAbs+1e-5, "logits after %d tokens", cpu.Pos())
 			}
 			for _, sp := range mc.modes {
 				gpu.Reset()
@@ -116,7 +133,7 @@ func TestGPULogitsAndScore(t *testing.T) {
 				require.NoError(t, err)
 				got, err := gpu.Score(seq[:9], seq[9:], sp)
 				require.NoError(t, err)
-				require.InDeltaSlice(t, want, got, 1e-3, "NLL, %v", sp.Mode)
+				require.InDeltaSlice(t, want, got, nllTol, "NLL, %v", sp.Mode)
 			}
 		})
 	}

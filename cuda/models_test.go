@@ -96,7 +96,7 @@ func synthetic(shape string, dtype format.DType, tokenizer, dir string) (*hf.Che
 }
 
 // testModels returns the shared trained models (F32; the Qwen2 fixture BF16),
-// sliced F32 and F16 conversions of two of them, and random checkpoints of
+// sliced F32, F16, Q8_0 and Q4_0 conversions of two of them, and random checkpoints of
 // the test shapes (llama3 RoPE scaling and an untied head in F16; Qwen2
 // biases in BF16) with their sliced conversions. It skips without
 // ../shared.
@@ -122,7 +122,7 @@ func buildModels(root string) ([]modelCase, error) {
 		}
 		cases = append(cases, modelCase{name, m, denseOnly})
 		if name == "tinystories-656k" || name == "stories260k" {
-			for _, dt := range []format.DType{format.F32, format.F16} {
+			for _, dt := range []format.DType{format.F32, format.F16, format.Q8_0, format.Q4_0} {
 				sm, err := sliced(ck, m.Config.Layers, dt, filepath.Join(dir, fmt.Sprintf("%s-%v.sinf", name, dt)))
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", name, err)

@@ -95,8 +95,9 @@ func (r *refBackend) i32(p Ptr, n int) []int32 {
 }
 
 func (r *refBackend) mat(w weight) kernels.Mat {
-	n := w.rows * w.cols * w.dtype.Size()
-	return kernels.Mat{DType: w.dtype, Rows: w.rows, Cols: w.cols, Data: r.bytes(w.p)[:n]}
+	m := kernels.Mat{DType: w.dtype, Rows: w.rows, Cols: w.cols}
+	m.Data = r.bytes(w.p)[:w.rows*m.RowBytes()]
+	return m
 }
 
 func (r *refBackend) upload(dst Ptr, src []byte) error {

@@ -136,8 +136,8 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 	if c.HeadDim > 256 {
 		return nil, fmt.Errorf("cuda: head_dim %d above 256 is not supported", c.HeadDim)
 	}
-	if d, ok := quantizedWeights(m); ok {
-		return nil, fmt.Errorf("cuda: %v weights are not supported by the CUDA backend yet; run this file on the CPU (without --device cuda) or convert with --dtype f16", d)
+	if d, ok := unsupportedWeights(m); ok {
+		return nil, fmt.Errorf("cuda: %v weights are not supported by the CUDA backend yet (it takes F32, F16, BF16, Q8_0 and Q4_0); run this file on the CPU (without --device cuda) or convert with --dtype q4_0", d)
 	}
 	s := &Session{m: m, be: be, info: be.deviceInfo(), ctx: ctx, layers: make([]devLayer, c.Layers)}
 	defer func() {
@@ -214,16 +214,23 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 	return s, be.sync()
 }
 
-// quantizedWeights returns the dtype of the first block-quantized matrix of
-// m (Q8_0, Q4_0, Q5_0, Q5_1 or a K-quant), which the CUDA kernels do not take.
-func quantizedWeights(m *runtime.Model) (format.DType, bool) {
+// unsupportedWeights returns the dtype of the first matrix of m the CUDA
+// kernels do not take (Q5_0, Q5_1 or a K-quant; sinfcuda.h lists the ones
+// they do).
+func unsupportedWeights(m *runtime.Model) (format.DType, bool) {
+	return firstWeight(m, func(d format.DType) bool { return d.Quantized() && d != format.Q8_0 && d != format.Q4_0 })
+}
+
+// firstWeight returns the dtype of m's first weight matrix for which pick
+// holds.
+func firstWeight(m *runtime.Model, pick func(format.DType) bool) (format.DType, bool) {
 	mats := []kernels.Mat{m.Embed, m.LMHead}
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		mats = append(mats, l.Q, l.K, l.V, l.O, l.MLP.Gate, l.MLP.Up, l.MLP.Down, l.MLP.DownT)
 	}
 	for _, w := range mats {
-		if w.DType.Quantized() {
+		if pick(w.DType) {
 			return w.DType, true
 		}
 	}

@@ -5,9 +5,12 @@
  * Conventions
  *  - Device addresses are passed as sinf_dptr (a 64-bit integer), never as C
  *    pointers, so Go never holds them as pointers; 0 means "none".
- *  - Weights are row-major [rows, cols] matrices of dtype F32, F16 or BF16 (the
- *    codes of format.DType: 1, 2, 3), read in place; activations, the KV
- *    cache and every accumulation are float32.
+ *  - Weights are row-major [rows, cols] matrices of dtype F32, F16, BF16, Q8_0
+ *    or Q4_0 (the codes of format.DType: 1, 2, 3, 6, 7; a Q8_0/Q4_0 row is
+ *    cols/32 GGML blocks of 34/18 bytes, spec/sinf.md §5.2, cols a multiple of
+ *    32), read in place; activations, the KV cache and every accumulation are
+ *    float32. Decode products over Q8_0/Q4_0 rows quantize x to int8 blocks
+ *    (as the CPU's MatVec does) and multiply in integers (__dp4a).
  *  - Kernel launchers are asynchronous on the context's stream; they return 0
  *    or a CUDA error code (launch errors only: execution errors surface at
  *    sinf_sync or a copy to the host). sinf_error_string names a code.
@@ -29,7 +32,7 @@ extern "C" {
 
 typedef uint64_t sinf_dptr;
 
-enum { SINF_F32 = 1, SINF_F16 = 2, SINF_BF16 = 3 };
+enum { SINF_F32 = 1, SINF_F16 = 2, SINF_BF16 = 3, SINF_Q8_0 = 6, SINF_Q4_0 = 7 };
 
 /* A weight matrix [rows, cols] of dtype at device address data. */
 typedef struct {

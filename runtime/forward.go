@@ -556,14 +556,20 @@ func (s *Session) maskFor(f *MLP, active []int32) []bool {
 }
 
 // RMSNorm writes x·w/√(mean(x²)+eps) to dst (HF LlamaRMSNorm): dst, x, w
-// [hidden] float32, eps the config's rms_norm_eps; the sum of squares is
-// float32, the scale float64.
+// [hidden] float32, eps the config's rms_norm_eps. The sum of squares is
+// float64 over exact products (float64(v)², 48 bits), so its order of
+// summation moves it by a double's rounding only: the CUDA kernel, which sums
+// in another order, gets the same float32 scale, and so the same int8 blocks
+// when a Q8_0/Q4_0 product quantizes the output (a float32 sum differed in
+// its last bit, which flipped a block value and moved the logits by 1%).
+// The scale is float64, rounded to float32 once.
 func RMSNorm(dst, x, w []float32, eps float64) {
-	var ss float32
+	var ss float64
 	for _, v := range x {
-		ss += v * v
+		d := float64(v)
+		ss += d * d
 	}
-	r := float32(1 / math.Sqrt(float64(ss)/float64(len(x))+eps))
+	r := float32(1 / math.Sqrt(ss/float64(len(x))+eps))
 	for j, v := range x {
 		dst[j] = w[j] * (v * r)
 	}

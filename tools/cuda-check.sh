@@ -1,6 +1,7 @@
 #!/bin/bash
 # cuda-check.sh: the GPU check of --device cuda, one prepared run on a GPU
-# machine (under ~8 minutes on an H200):
+# machine (its length is unmeasured, no GPU has run it yet: SHAPES=llama-3.2-1b
+# for a shorter run):
 #   1. build: make cuda where Go and nvcc are; else the portable binaries
 #      that `make cuda-portable` built elsewhere (carry cuda/build/portable)
 #   2. the cuda tests: every kernel against the CPU path, whole-model greedy
@@ -8,12 +9,15 @@
 #   3. kernel benchmarks: each kernel's GB/s as a fraction of the measured
 #      device-to-device copy bandwidth (go test -tags cuda -bench . ./cuda/)
 #   4. Llama-3.2-1B and -3B shapes: sinf synth (random F16 weights), sinf
-#      convert --random with gamma 1 and gamma 0.7, then decode tok/s dense
-#      (gamma 1) against phi 0.4 (selectinfer on gamma 0.7), on the GPU
+#      convert --random with gamma 1 and gamma 0.7 at each of DTYPES (F16, Q8_0
+#      and Q4_0 on the first shape; F16 and Q4_0 on the others), then decode
+#      tok/s on the GPU: dense (gamma 1), selectinfer phi 0.4 and gatefirst
+#      (the default) on gamma 0.7, and gatefirst through --mapped (first shape)
 #
 # Usage: tools/cuda-check.sh [OUTDIR]   (default: $OUT, else /tmp/sinf-cuda-check/out)
 # Env:   SINF_SHARED (default ../shared), SHAPES ("llama-3.2-1b llama-3.2-3b"),
-#        WORK (synthetic models; default /tmp/sinf-cuda-check), GEN (decode steps, 64)
+#        WORK (synthetic models; default /tmp/sinf-cuda-check), GEN (decode steps, 64),
+#        DTYPES ("f16 q8_0 q4_0")
 # Results: OUTDIR/summary.txt (the tables), tests.txt, bench.txt, check.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +26,7 @@ out=${1:-${OUT:-/tmp/sinf-cuda-check/out}}
 work=${WORK:-/tmp/sinf-cuda-check}
 shapes=${SHAPES:-llama-3.2-1b llama-3.2-3b}
 gen=${GEN:-64}
+dtypes=${DTYPES:-f16 q8_0 q4_0}
 mkdir -p "$out" "$work"
 export SINF_SHARED=${SINF_SHARED:-$(cd "$root/.." && pwd)/shared}
 export PATH=$PATH:/usr/local/cuda/bin:/usr/local/go/bin
@@ -142,30 +147,44 @@ decode() {
 }
 
 sum ""
-sum "decode on the GPU, random F16 weights ($([ $bench_has_device = 1 ] && echo "sinf bench --device cuda, median of 3" || echo "sinf-run --device cuda --json, one run of $gen steps"))"
-printf '  %-14s %-34s %12s %12s %9s\n' shape "file / mode" "decode tok/s" "prefill t/s" weights | tee -a "$summary"
+sum "decode on the GPU, random weights ($([ $bench_has_device = 1 ] && echo "sinf bench --device cuda, median of 3" || echo "sinf-run --device cuda --json, one run of $gen steps"))"
+printf '  %-14s %-6s %-34s %12s %12s %9s\n' shape dtype "file / mode" "decode tok/s" "prefill t/s" weights | tee -a "$summary"
+row() { printf '  %-14s %-6s %-34s %12s %12s %9s\n' "$@" | tee -a "$summary"; }
+first=${shapes%% *}
 for shape in $shapes; do
 	dir=$work/$shape
-	say "$shape: synth"
-	if [ ! -f "$dir/config.json" ] && ! { [ -f "$work/$shape-g1.sinf" ] && [ -f "$work/$shape-g07.sinf" ]; }; then
+	# Every dtype on the first shape; F16 and Q4_0 (what an Orin runs) on the others.
+	dts=$dtypes
+	[ "$shape" = "$first" ] || dts=$(echo " $dtypes " | sed 's/ q8_0 / /')
+	need=0
+	for dt in $dts; do
+		{ [ -f "$work/$shape-$dt-g1.sinf" ] && [ -f "$work/$shape-$dt-g07.sinf" ]; } || need=1
+	done
+	if [ $need = 1 ] && [ ! -f "$dir/config.json" ]; then
+		say "$shape: synth"
 		"$SINF" synth --shape "$shape" --tokenizer "$SINF_SHARED/tokenizers/llama3" --dtype f16 --vocab 128256 --quiet --force \
 			--out "$dir" >>"$log" 2>&1 || { sum "  $shape: synth failed (check.log)"; continue; }
 	fi
-	say "$shape: convert gamma 1 and gamma 0.7"
-	[ -f "$work/$shape-g1.sinf" ] || "$SINF" convert --model "$dir" --random --gamma 1 --quiet --out "$work/$shape-g1.sinf" >>"$log" 2>&1
-	[ -f "$work/$shape-g07.sinf" ] || "$SINF" convert --model "$dir" --random --seed 1 --quiet --out "$work/$shape-g07.sinf" >>"$log" 2>&1
-	say "$shape: decode"
-	read -r d p w <<<"$(decode "$work/$shape-g1.sinf" dense)"
-	printf '  %-14s %-34s %12s %12s %9s\n' "$shape" "gamma 1, dense" "$d" "$p" "$w" | tee -a "$summary"
-	read -r d2 p w <<<"$(decode "$work/$shape-g07.sinf" selectinfer --phi 0.4)"
-	printf '  %-14s %-34s %12s %12s %9s\n' "" "gamma 0.7, selectinfer phi 0.4" "$d2" "$p" "$w" | tee -a "$summary"
-	if [ "$d" != error ] && [ "$d2" != error ]; then
-		sum "$(awk -v a="$d" -v b="$d2" -v s="$shape" 'BEGIN { printf "  %-14s phi 0.4 / dense: %.2fx", "", b / a }')"
-	fi
-	if [ "$shape" = "${shapes%% *}" ]; then
-		read -r d p w <<<"$(decode "$work/$shape-g07.sinf" selectinfer --phi 0.4 --mapped)"
-		printf '  %-14s %-34s %12s %12s %9s\n' "" "gamma 0.7, phi 0.4, --mapped" "$d" "$p" "$w" | tee -a "$summary"
-	fi
+	for dt in $dts; do
+		g1=$work/$shape-$dt-g1.sinf g07=$work/$shape-$dt-g07.sinf
+		say "$shape $dt: convert gamma 1 and gamma 0.7"
+		[ -f "$g1" ] || "$SINF" convert --model "$dir" --random --gamma 1 --dtype "$dt" --quiet --out "$g1" >>"$log" 2>&1
+		[ -f "$g07" ] || "$SINF" convert --model "$dir" --random --seed 1 --dtype "$dt" --quiet --out "$g07" >>"$log" 2>&1
+		say "$shape $dt: decode"
+		read -r d p w <<<"$(decode "$g1" dense)"
+		row "$shape" "$dt" "gamma 1, dense" "$d" "$p" "$w"
+		read -r d2 p w <<<"$(decode "$g07" selectinfer --phi 0.4)"
+		row "" "$dt" "gamma 0.7, selectinfer phi 0.4" "$d2" "$p" "$w"
+		read -r d3 p w <<<"$(decode "$g07" gatefirst)"
+		row "" "$dt" "gamma 0.7, gatefirst (default)" "$d3" "$p" "$w"
+		if [ "$d" != error ] && [ "$d2" != error ] && [ "$d3" != error ]; then
+			sum "$(awk -v a="$d" -v b="$d2" -v c="$d3" 'BEGIN { printf "  %-14s %-6s phi 0.4 / dense: %.2fx, gatefirst / dense: %.2fx", "", "", b / a, c / a }')"
+		fi
+		if [ "$shape" = "$first" ] && [ "$dt" != q8_0 ]; then
+			read -r d p w <<<"$(decode "$g07" gatefirst --mapped)"
+			row "" "$dt" "gamma 0.7, gatefirst, --mapped" "$d" "$p" "$w"
+		fi
+	done
 	rm -rf "$dir" # keep the disk for the next shape; the .sinf files stay for a rerun
 done
 say "done in $(($(date +%s) - t0))s"

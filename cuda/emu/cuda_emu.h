@@ -259,6 +259,9 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 static inline float __frcp_rn(float a) { return 1.f / a; }
 static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+// __float2int_rn: round to nearest, ties to even (the host's default
+// rounding mode, which the emulator never changes).
+static inline int __float2int_rn(float a) { return (int)nearbyintf(a); }
 
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }

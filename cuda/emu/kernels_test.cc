@@ -62,10 +62,44 @@ static std::vector<float> get(sinf_dptr p, size_t n) {
 	return v;
 }
 
+// quantize_block stores 32 values as one Q8_0 or Q4_0 block (GGML's
+// reference rounding) at dst and replaces them by their dequantized values.
+static void quantize_block(int dtype, float *v, uint8_t *dst) {
+	float amax = 0, mx = 0;
+	for (int i = 0; i < 32; i++)
+		if (fabsf(v[i]) > amax) amax = fabsf(v[i]), mx = v[i];
+	const float d = dtype == SINF_Q8_0 ? amax / 127 : mx / -8;
+	const float id = d != 0 ? 1 / d : 0;
+	const uint16_t dh = sinf_emu::f32_to_f16(d);
+	const float dd = sinf_emu::f16_to_f32(dh);
+	memcpy(dst, &dh, 2);
+	int q[32];
+	for (int i = 0; i < 32; i++)
+		q[i] = dtype == SINF_Q8_0 ? (int)nearbyintf(v[i] * id) : std::min(15, (int)(v[i] * id + 8.5f));
+	for (int i = 0; i < 32; i++) {
+		if (dtype == SINF_Q8_0) {
+			dst[2 + i] = (uint8_t)(int8_t)q[i];
+			v[i] = (float)q[i] * dd;
+		} else {
+			if (i < 16) dst[2 + i] = (uint8_t)(q[i] | q[i + 16] << 4);
+			v[i] = (float)(q[i] - 8) * dd;
+		}
+	}
+}
+
+static bool is_block(int dtype) { return dtype == SINF_Q8_0 || dtype == SINF_Q4_0; }
+
 // weights returns rows×cols random weights of dtype (F16/BF16 rounded from
-// float) on the device, and their float values.
+// float, Q8_0/Q4_0 quantized; cols a multiple of 32 for those) on the
+// device, and their float values.
 static sinf_mat weights(int dtype, int rows, int cols, std::vector<float> &vals) {
 	vals = randf((size_t)rows * cols, 0.5f);
+	if (is_block(dtype)) {
+		const size_t bb = dtype == SINF_Q8_0 ? 34 : 18, nb = vals.size() / 32;
+		std::vector<uint8_t> b(nb * bb);
+		for (size_t k = 0; k < nb; k++) quantize_block(dtype, &vals[32 * k], &b[bb * k]);
+		return sinf_mat{dev(b.data(), b.size()), dtype, rows, cols};
+	}
 	std::vector<uint16_t> h(vals.size());
 	const void *src = vals.data();
 	size_t es = 4;
@@ -78,6 +112,20 @@ static sinf_mat weights(int dtype, int rows, int cols, std::vector<float> &vals)
 		es = 2;
 	}
 	return sinf_mat{dev(src, vals.size() * es), dtype, rows, cols};
+}
+
+// decode_x returns x as the decode products over block rows see it:
+// quantized to int8 blocks (d = max|x|/127, q = x·(1/d) to nearest even),
+// dequantized; other dtypes see x as it is.
+static std::vector<float> decode_x(int dtype, std::vector<float> x) {
+	if (!is_block(dtype)) return x;
+	for (size_t b = 0; b < x.size(); b += 32) {
+		float amax = 0;
+		for (int i = 0; i < 32; i++) amax = std::max(amax, fabsf(x[b + i]));
+		const float d = amax / 127.f, id = d != 0 ? 1.f / d : 0.f;
+		for (int i = 0; i < 32; i++) x[b + i] = nearbyintf(x[b + i] * id) * d;
+	}
+	return x;
 }
 
 static bool close(float a, float b, float tol) { return fabsf(a - b) <= tol * (1.f + fabsf(b)); }
@@ -93,10 +141,10 @@ static void test_matvec_family(int dtype, int rows, int cols) {
 	for (int r = rows - 1; r >= 0; r -= 3) sel.push_back(r);
 	sinf_dptr seld = dev(sel.data(), sel.size() * 4);
 	RC(sinf_matvec(ctx, out, w, 0, rows, xd, 0, 0));
-	std::vector<float> y = get(out, rows);
+	std::vector<float> y = get(out, rows), xq = decode_x(dtype, x);
 	for (int r = 0; r < rows; r++) {
 		double s = 0;
-		for (int c = 0; c < cols; c++) s += (double)wv[(size_t)r * cols + c] * x[c];
+		for (int c = 0; c < cols; c++) s += (double)wv[(size_t)r * cols + c] * xq[c];
 		CHECK(close(y[r], (float)s, 1e-4f), "matvec dtype %d row %d: %g, want %g", dtype, r, y[r], s);
 	}
 	RC(sinf_matvec(ctx, out, w, seld, (int)sel.size(), xd, 0, 1));
@@ -357,6 +405,10 @@ int main() {
 	for (int dtype : {SINF_F32, SINF_F16, SINF_BF16}) {
 		test_matvec_family(dtype, 70, 96);  // vector loads, several add_rows splits
 		test_matvec_family(dtype, 33, 100); // scalar loads (rows not 16-byte multiples)
+	}
+	for (int dtype : {SINF_Q8_0, SINF_Q4_0}) {
+		test_matvec_family(dtype, 70, 96);  // three blocks a row
+		test_matvec_family(dtype, 33, 1088); // 34 blocks: lanes take two
 	}
 	test_elementwise();
 	test_select();

@@ -115,40 +115,25 @@ __device__ __forceinline__ float warp_max(float v) {
 	return v;
 }
 
-// block_sum returns the sum of v over the block to every thread. blockDim.x
-// must be a multiple of 32 (≤ 1024). It synchronises the block.
-__device__ __forceinline__ float block_sum(float v) {
-	__shared__ float part[32];
-	__shared__ float total;
+// block_sum returns the sum of v (float, double or int) over the block to
+// every thread. blockDim.x must be a multiple of 32 (≤ 1024). It
+// synchronises the block.
+template <typename T> __device__ __forceinline__ T block_sum(T v) {
+	__shared__ T part[32];
+	__shared__ T total;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = warp_sum(v);
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
 	if (lane == 0) part[warp] = v;
 	__syncthreads();
 	if (warp == 0) {
-		float s = lane < nw ? part[lane] : 0.f;
-		s = warp_sum(s);
+		T s = lane < nw ? part[lane] : T(0);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
 		if (lane == 0) total = s;
 	}
 	__syncthreads();
 	return total;
-}
-
-__device__ __forceinline__ int block_sum_int(int v) {
-	__shared__ int ipart[32];
-	__shared__ int itotal;
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-	if (lane == 0) ipart[warp] = v;
-	__syncthreads();
-	if (warp == 0) {
-		int s = lane < nw ? ipart[lane] : 0;
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-		if (lane == 0) itotal = s;
-	}
-	__syncthreads();
-	return itotal;
 }
 
 // silu_mul matches the CPU's swiglu: g/(1+exp(-g))·u with exp in double.
@@ -159,25 +144,84 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 
 static inline bool aligned16(sinf_dptr p) { return (p & 15) == 0; }
 
-// Dispatch a templated launcher over a weight dtype; returns SINF_EINVAL for
-// an unknown one.
-#define SINF_DISPATCH(dtype, ...)                                                                               \
+// Block-quantized weights (GGML's Q8_0 and Q4_0, spec/sinf.md §5.2): a row
+// of K elements is K/32 blocks, each an F16 scale d and 32 values; element
+// i = d·q_i (Q8_0, q int8) or d·(q_i − 8) (Q4_0, q in 0–15: byte i's low
+// nibble for i < 16, byte i−16's high nibble above). The structs have GGML's
+// layout (2-byte alignment, no padding).
+struct q8_0_t {
+	uint16_t d;
+	int8_t qs[32];
+};
+struct q4_0_t {
+	uint16_t d;
+	uint8_t qs[16];
+};
+static_assert(sizeof(q8_0_t) == 34 && sizeof(q4_0_t) == 18, "GGML block sizes");
+
+template <typename T> struct IsBlock {
+	static constexpr bool v = false;
+};
+template <> struct IsBlock<q8_0_t> {
+	static constexpr bool v = true;
+};
+template <> struct IsBlock<q4_0_t> {
+	static constexpr bool v = true;
+};
+
+__device__ __forceinline__ float block_scale(uint16_t d) { return __half2float(__ushort_as_half(d)); }
+
+// block_elem returns element i (0–31) of a block, exactly as the CPU's
+// format.Dequantize: float(q)·d in binary32.
+__device__ __forceinline__ float block_elem(const q8_0_t &b, int i) { return (float)b.qs[i] * block_scale(b.d); }
+__device__ __forceinline__ float block_elem(const q4_0_t &b, int i) {
+	const int q = i < 16 ? (b.qs[i] & 15) : (b.qs[i - 16] >> 4);
+	return (float)(q - 8) * block_scale(b.d);
+}
+
+// wat returns element (r, c) of a row-major matrix W of ld elements per row,
+// for every weight dtype (the scalar paths: embedding, prefill tiles, the
+// neuron-row accumulation of quantized rows).
+template <typename T> __device__ __forceinline__ float wat(const T *W, size_t r, size_t c, size_t ld) {
+	if constexpr (IsBlock<T>::v)
+		return block_elem(W[r * (ld / 32) + c / 32], (int)(c % 32));
+	else
+		return load1(W + r * ld + c);
+}
+
+static inline bool is_block(int dtype) { return dtype == SINF_Q8_0 || dtype == SINF_Q4_0; }
+
+// Dispatch a templated launcher over a weight dtype (W: its element type);
+// SINF_DISPATCH takes the float dtypes, SINF_DISPATCH_ALL the block ones too;
+// both return SINF_EINVAL for a dtype they do not take.
+#define SINF_CASE(code, type, ...)                                                                                     \
+	case code: {                                                                                                   \
+		using W = type;                                                                                              \
+		__VA_ARGS__;                                                                                                 \
+		break;                                                                                                       \
+	}
+#define SINF_FLOAT_CASES(...)                                                                                          \
+	SINF_CASE(SINF_F32, float, __VA_ARGS__)                                                                        \
+	SINF_CASE(SINF_F16, __half, __VA_ARGS__)                                                                       \
+	SINF_CASE(SINF_BF16, bf16_t, __VA_ARGS__)
+#define SINF_DISPATCH(dtype, ...)                                                                                      \
 	switch (dtype) {                                                                                               \
-	case SINF_F32: {                                                                                               \
-		using W = float;                                                                                             \
-		__VA_ARGS__;                                                                                                    \
-		break;                                                                                                       \
-	}                                                                                                              \
-	case SINF_F16: {                                                                                               \
-		using W = __half;                                                                                            \
-		__VA_ARGS__;                                                                                                    \
-		break;                                                                                                       \
-	}                                                                                                              \
-	case SINF_BF16: {                                                                                              \
-		using W = bf16_t;                                                                                            \
-		__VA_ARGS__;                                                                                                    \
-		break;                                                                                                       \
-	}                                                                                                              \
+		SINF_FLOAT_CASES(__VA_ARGS__)                                                                              \
+	default:                                                                                                       \
+		return SINF_EINVAL;                                                                                          \
+	}
+#define SINF_DISPATCH_BLOCK(dtype, ...)                                                                                \
+	switch (dtype) {                                                                                               \
+		SINF_CASE(SINF_Q8_0, q8_0_t, __VA_ARGS__)                                                                  \
+		SINF_CASE(SINF_Q4_0, q4_0_t, __VA_ARGS__)                                                                  \
+	default:                                                                                                       \
+		return SINF_EINVAL;                                                                                          \
+	}
+#define SINF_DISPATCH_ALL(dtype, ...)                                                                                  \
+	switch (dtype) {                                                                                               \
+		SINF_FLOAT_CASES(__VA_ARGS__)                                                                              \
+		SINF_CASE(SINF_Q8_0, q8_0_t, __VA_ARGS__)                                                                  \
+		SINF_CASE(SINF_Q4_0, q4_0_t, __VA_ARGS__)                                                                  \
 	default:                                                                                                       \
 		return SINF_EINVAL;                                                                                          \
 	}

@@ -10,11 +10,16 @@ __global__ void rmsnorm_kernel(float *__restrict__ dst, const float *__restrict_
                                double eps) {
 	const float *xt = x + (size_t)blockIdx.x * H;
 	float *dt = dst + (size_t)blockIdx.x * H;
-	float ss = 0.f;
-	for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xt[i] * xt[i];
+	// As the CPU (runtime.RMSNorm): exact squares summed in double, so the
+	// order of summation does not change the float scale; the scale in
+	// double, rounded to float once.
+	double ss = 0.0;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) {
+		const double v = xt[i];
+		ss += v * v;
+	}
 	ss = block_sum(ss);
-	// As the CPU: the scale in double, rounded to float once.
-	const float r = (float)(1.0 / sqrt((double)ss / (double)H + eps));
+	const float r = (float)(1.0 / sqrt(ss / (double)H + eps));
 	for (int i = threadIdx.x; i < H; i += blockDim.x) dt[i] = __fmul_rn(w[i], __fmul_rn(xt[i], r));
 }
 

@@ -1,9 +1,10 @@
 // Prefill matrix products. F32 weights go to cuBLAS (cublasGemmEx, float32
 // compute, no TF32; the tiled kernel when built with SINF_NO_CUBLAS);
-// F16/BF16 weights to a tiled kernel that converts each
-// weight exactly to float32 and multiplies float32 activations, so prefill
-// keeps the CPU's precision (converting activations to half for the tensor
-// cores would round them).
+// F16/BF16/Q8_0/Q4_0 weights to a tiled kernel that converts each
+// weight exactly to float32 (a block's element d·q, as the CPU's prefill
+// dequantizes) and multiplies float32 activations, so prefill keeps the
+// CPU's precision (converting activations to half for the tensor cores would
+// round them).
 #include "common.cuh"
 
 namespace {
@@ -42,11 +43,11 @@ __global__ void __launch_bounds__(kGemmThreads)
 			if constexpr (WT) {
 				const int nn = e / BK, kk = e % BK;
 				const int gn = n0 + nn, gk = k0 + kk;
-				Ws[kk][nn] = (gn < N && gk < K) ? load1(W + (size_t)gn * K + gk) : 0.f;
+				Ws[kk][nn] = (gn < N && gk < K) ? wat(W, gn, gk, K) : 0.f;
 			} else {
 				const int kk = e / BN, nn = e % BN;
 				const int gn = n0 + nn, gk = k0 + kk;
-				Ws[kk][nn] = (gn < N && gk < K) ? load1(W + (size_t)gk * N + gn) : 0.f;
+				Ws[kk][nn] = (gn < N && gk < K) ? wat(W, gk, gn, N) : 0.f;
 			}
 		}
 		__syncthreads();
@@ -111,8 +112,9 @@ extern "C" int sinf_gemm(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr x, in
 		return sinf_launch_rc();
 	}
 #endif
+	if (is_block(w.dtype) && K % 32 != 0) return SINF_EINVAL;
 	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
-	SINF_DISPATCH(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, true>)(
+	SINF_DISPATCH_ALL(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, true>)(
 	                           (float *)dp(dst), (const float *)dp(x), (const W *)dp(w.data), M, N, K,
 	                           (const float *)dp(bias), accumulate));
 	return sinf_launch_rc();
@@ -132,8 +134,9 @@ extern "C" int sinf_gemm_rows_t(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dpt
 		                            CUBLAS_GEMM_DEFAULT));
 	}
 #endif
+	if (is_block(w.dtype) && N % 32 != 0) return SINF_EINVAL;
 	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
-	SINF_DISPATCH(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, false>)(
+	SINF_DISPATCH_ALL(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, false>)(
 	                           (float *)dp(dst), (const float *)dp(a), (const W *)dp(w.data), M, N, K, nullptr,
 	                           accumulate));
 	return sinf_launch_rc();

@@ -1,6 +1,10 @@
 // Decode kernels over weight rows: embedding lookup, dense and gathered
 // matrix-vector products, fused SwiGLU over gate/up rows, and the neuron-row
-// accumulation of the transposed down_proj.
+// accumulation of the transposed down_proj. Over Q8_0/Q4_0 rows the products
+// first quantize x to int8 blocks (quantize_x_kernel, the CPU's quantizeX)
+// and multiply in integers with __dp4a, one block per lane (the CPU's
+// vec_dot_q8_0_q8_0 / vec_dot_q4_0_q8_0); the accumulation dequantizes each
+// weight in registers (wat).
 #include "common.cuh"
 
 namespace {
@@ -97,12 +101,98 @@ __global__ void gate_up_kernel(float *__restrict__ dst, const T *__restrict__ g,
 	if (lane == 0) dst[j] = silu_mul(s.x, s.y);
 }
 
+// quantize_x_kernel quantizes x[32·nb] to int8 blocks as the CPU's
+// quantizeX does: per block d = max|x|/127 and q = x·(1/d) rounded to
+// nearest even (0 for a zero block); xq gets the 32 q of each block, xd its
+// d. One warp per block.
+__global__ void quantize_x_kernel(int8_t *__restrict__ xq, float *__restrict__ xd, const float *__restrict__ x, int nb) {
+	const int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (b >= nb) return;
+	const float v = x[(size_t)b * 32 + lane];
+	const float d = warp_max(fabsf(v)) / 127.f;
+	const float id = d != 0.f ? 1.f / d : 0.f;
+	xq[(size_t)b * 32 + lane] = (int8_t)__float2int_rn(v * id);
+	if (lane == 0) xd[b] = d;
+}
+
+// ld32 reads the four bytes at p (2-byte aligned: a block's values follow
+// its 2-byte scale) as one little-endian word.
+__device__ __forceinline__ int ld32(const void *p) {
+	const uint16_t *h = static_cast<const uint16_t *>(p);
+	return (int)((uint32_t)h[0] | ((uint32_t)h[1] << 16));
+}
+
+// qdot_block returns one weight block times the matching block of x
+// quantized (xq: its 32 int8 values as 8 words, xd its scale): d_w·d_x·Σ q_w·q_x
+// with the sum in integers (Q4_0: Σ (q_w − 8)·q_x = Σ q_w·q_x − 8·Σ q_x).
+__device__ __forceinline__ float qdot_block(const q8_0_t &b, const int *__restrict__ xq, float xd) {
+	int s = 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++) s = __dp4a(ld32(b.qs + 4 * i), __ldg(xq + i), s);
+	return block_scale(b.d) * xd * (float)s;
+}
+__device__ __forceinline__ float qdot_block(const q4_0_t &b, const int *__restrict__ xq, float xd) {
+	int s = 0, sx = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int w = ld32(b.qs + 4 * i);
+		const int x0 = __ldg(xq + i), x1 = __ldg(xq + 4 + i);
+		s = __dp4a(w & 0x0f0f0f0f, x0, s);
+		s = __dp4a((w >> 4) & 0x0f0f0f0f, x1, s);
+		sx = __dp4a(0x01010101, x0, sx);
+		sx = __dp4a(0x01010101, x1, sx);
+	}
+	return block_scale(b.d) * xd * (float)(s - 8 * sx);
+}
+
+// matvec_q_kernel: matvec_kernel over rows of nb blocks, x quantized.
+template <typename T>
+__global__ void matvec_q_kernel(float *__restrict__ dst, const T *__restrict__ w, int nb, const int32_t *__restrict__ rows,
+                                int n, const int *__restrict__ xq, const float *__restrict__ xd,
+                                const float *__restrict__ bias, int accumulate) {
+	const int j = blockIdx.x * kMatvecWarps + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (j >= n) return;
+	const int r = rows ? rows[j] : j;
+	const T *wr = w + (size_t)r * nb;
+	float s = 0.f;
+	for (int b = lane; b < nb; b += 32) s += qdot_block(wr[b], xq + 8 * b, __ldg(xd + b));
+	s = warp_sum(s);
+	if (lane == 0) {
+		if (bias) s += bias[r];
+		dst[j] = accumulate ? dst[j] + s : s;
+	}
+}
+
+// gate_up_q_kernel: gate_up_kernel over rows of nb blocks, x quantized.
+template <typename T>
+__global__ void gate_up_q_kernel(float *__restrict__ dst, const T *__restrict__ g, const T *__restrict__ u, int nb,
+                                 const int32_t *__restrict__ rows, int n, const int *__restrict__ xq,
+                                 const float *__restrict__ xd) {
+	const int j = blockIdx.x * kMatvecWarps + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (j >= n) return;
+	const int r = rows ? rows[j] : j;
+	const T *gr = g + (size_t)r * nb, *ur = u + (size_t)r * nb;
+	float sg = 0.f, su = 0.f;
+	for (int b = lane; b < nb; b += 32) {
+		const float d = __ldg(xd + b);
+		sg += qdot_block(gr[b], xq + 8 * b, d);
+		su += qdot_block(ur[b], xq + 8 * b, d);
+	}
+	sg = warp_sum(sg);
+	su = warp_sum(su);
+	if (lane == 0) dst[j] = silu_mul(sg, su);
+}
+
 // add_rows_partial: block (bx, split) sums a[j]·W[r_j, c] over the rows of its
 // split for its V·blockDim.x columns into partial[split, c].
 template <typename T, bool VEC>
 __global__ void add_rows_partial(float *__restrict__ partial, const T *__restrict__ w, int cols,
                                  const int32_t *__restrict__ rows, int n, const float *__restrict__ a, int per_split) {
-	constexpr int V = VEC ? VecN<T>::n : 1;
+	constexpr bool vec = VEC && !IsBlock<T>::v; // block rows: always the scalar path (vec_ok)
+	constexpr int V = vec ? VecN<T>::n : 1;
 	const int split = blockIdx.y;
 	const int j0 = split * per_split, j1 = min(n, j0 + per_split);
 	const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
@@ -114,12 +204,11 @@ __global__ void add_rows_partial(float *__restrict__ partial, const T *__restric
 	for (int j = j0; j < j1; j++) {
 		const float aj = __ldg(a + j);
 		const int r = rows ? __ldg(rows + j) : j;
-		const T *wr = w + (size_t)r * cols + c0;
 		float wv[V];
-		if constexpr (VEC)
-			load16(wr, wv);
+		if constexpr (vec)
+			load16(w + (size_t)r * cols + c0, wv);
 		else
-			wv[0] = load1(wr);
+			wv[0] = wat(w, r, c0, cols);
 #pragma unroll
 		for (int e = 0; e < V; e++) acc[e] += aj * wv[e];
 	}
@@ -142,13 +231,33 @@ __global__ void embed_kernel(float *__restrict__ dst, const T *__restrict__ w, i
                              int id0) {
 	const int t = blockIdx.y;
 	const int id = ids ? ids[t] : id0;
-	const T *row = w + (size_t)id * cols;
 	for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
-		dst[(size_t)t * cols + c] = load1(row + c);
+		dst[(size_t)t * cols + c] = wat(w, id, c, cols);
 }
 
 template <typename T> bool vec_ok(sinf_mat w, sinf_dptr x) {
-	return aligned16(w.data) && ((size_t)w.cols * sizeof(T)) % 16 == 0 && (x == 0 || aligned16(x));
+	if constexpr (IsBlock<T>::v)
+		return false;
+	else
+		return aligned16(w.data) && ((size_t)w.cols * sizeof(T)) % 16 == 0 && (x == 0 || aligned16(x));
+}
+
+// quantize_x quantizes x (cols floats, cols a multiple of 32) into the
+// context's scratch for the products over block rows: xq the int8 blocks
+// (4-byte aligned, read as words), xd their scales.
+int quantize_x(sinf_ctx *c, sinf_dptr x, int cols, const int **xq, const float **xd) {
+	if (cols % 32 != 0) return SINF_EINVAL;
+	const int nb = cols / 32;
+	void *buf = nullptr;
+	cudaError_t e = sinf_scratch(c, (size_t)nb * (32 + sizeof(float)), &buf);
+	if (e != cudaSuccess) return sinf_rc(e);
+	int8_t *q = static_cast<int8_t *>(buf);
+	float *d = reinterpret_cast<float *>(q + (size_t)nb * 32);
+	SINF_LAUNCH((nb + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, quantize_x_kernel)(
+	    q, d, (const float *)dp(x), nb);
+	*xq = reinterpret_cast<const int *>(q);
+	*xd = d;
+	return sinf_launch_rc();
 }
 
 } // namespace
@@ -156,8 +265,9 @@ template <typename T> bool vec_ok(sinf_mat w, sinf_dptr x) {
 extern "C" int sinf_embed(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr ids, int id0, int T) {
 	cudaSetDevice(c->device);
 	if (T <= 0) return 0;
+	if (is_block(w.dtype) && w.cols % 32 != 0) return SINF_EINVAL;
 	dim3 grid((w.cols + 255) / 256, T);
-	SINF_DISPATCH(w.dtype, (SINF_LAUNCH(grid, 256, 0, c->stream, embed_kernel<W>)((float *)dp(dst), (const W *)dp(w.data), w.cols,
+	SINF_DISPATCH_ALL(w.dtype, (SINF_LAUNCH(grid, 256, 0, c->stream, embed_kernel<W>)((float *)dp(dst), (const W *)dp(w.data), w.cols,
 	                                                                     (const int32_t *)dp(ids), id0)));
 	return sinf_launch_rc();
 }
@@ -167,6 +277,15 @@ extern "C" int sinf_matvec(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr row
 	cudaSetDevice(c->device);
 	if (n <= 0) return 0;
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
+	if (is_block(w.dtype)) {
+		const int *xq;
+		const float *xd;
+		if (int rc = quantize_x(c, x, w.cols, &xq, &xd)) return rc;
+		SINF_DISPATCH_BLOCK(w.dtype, SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, matvec_q_kernel<W>)(
+		                                 (float *)dp(dst), (const W *)dp(w.data), w.cols / 32, (const int32_t *)dp(rows), n,
+		                                 xq, xd, (const float *)dp(bias), accumulate));
+		return sinf_launch_rc();
+	}
 	SINF_DISPATCH(w.dtype, {
 		if (vec_ok<W>(w, x))
 			SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, matvec_kernel<W, true>)(
@@ -185,6 +304,15 @@ extern "C" int sinf_gate_up(sinf_ctx *c, sinf_dptr dst, sinf_mat g, sinf_mat u, 
 	if (n <= 0) return 0;
 	if (g.dtype != u.dtype || g.cols != u.cols) return SINF_EINVAL;
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
+	if (is_block(g.dtype)) {
+		const int *xq;
+		const float *xd;
+		if (int rc = quantize_x(c, x, g.cols, &xq, &xd)) return rc;
+		SINF_DISPATCH_BLOCK(g.dtype, SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, gate_up_q_kernel<W>)(
+		                                 (float *)dp(dst), (const W *)dp(g.data), (const W *)dp(u.data), g.cols / 32,
+		                                 (const int32_t *)dp(rows), n, xq, xd));
+		return sinf_launch_rc();
+	}
 	SINF_DISPATCH(g.dtype, {
 		if (vec_ok<W>(g, x) && vec_ok<W>(u, 0))
 			SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, gate_up_kernel<W, true>)(
@@ -207,9 +335,10 @@ extern "C" int sinf_add_rows(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr r
 		if (accumulate) return 0;
 		return sinf_rc(cudaMemsetAsync(dp(dst), 0, (size_t)cols * sizeof(float), c->stream));
 	}
+	if (is_block(w.dtype) && cols % 32 != 0) return SINF_EINVAL;
 	constexpr int threads = 128;
 	int rc = 0;
-	SINF_DISPATCH(w.dtype, {
+	SINF_DISPATCH_ALL(w.dtype, {
 		const bool vec = vec_ok<W>(w, 0);
 		const int V = vec ? VecN<W>::n : 1;
 		const int colBlocks = (cols + threads * V - 1) / (threads * V);

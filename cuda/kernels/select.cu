@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 	const float *a = act + (size_t)blockIdx.x * kept;
 	int pos = 0;
 	for (int i = threadIdx.x; i < kept; i += blockDim.x) pos += a[i] > 0.f;
-	const int P = block_sum_int(pos);
+	const int P = block_sum(pos);
 	const int k = (int)round(alpha * (double)P); // Go's math.Round: halves away from zero
 	if (k <= 0) return;
 	block_top_k(
