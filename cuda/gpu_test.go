@@ -73,8 +73,8 @@ func (p *pair) weights(rng *rand.Rand, dtype format.DType, rows, cols int) weigh
 	return weights{weight{g, dtype, rows, cols}, weight{rp.ptrs[0], dtype, rows, cols}}
 }
 
-// randWeightBytes encodes n values of N(0, 0.5²) as dtype (Q8_0/Q4_0: n a
-// multiple of 32, quantized by format.Quantize); past 1M elements (benchmark
+// randWeightBytes encodes n values of N(0, 0.5²) as dtype (a block dtype: n
+// whole blocks, quantized by format.Quantize); past 1M elements (benchmark
 // sizes) the first 1M repeat.
 func randWeightBytes(rng *rand.Rand, dtype format.DType, n int) []byte {
 	if dtype.Quantized() {
@@ -86,8 +86,11 @@ func randWeightBytes(rng *rand.Rand, dtype format.DType, n int) []byte {
 		if err != nil {
 			panic(err)
 		}
-		_, bb := dtype.Block()
-		b := make([]byte, 0, n/32*bb)
+		size, err := dtype.RowBytes(n)
+		if err != nil {
+			panic(err)
+		}
+		b := make([]byte, 0, size)
 		for len(b) < cap(b) {
 			b = append(b, q[:min(len(q), cap(b)-len(b))]...)
 		}
@@ -167,14 +170,14 @@ func testRopeConfig(hd int) runtime.Config { return runtime.Config{HeadDim: hd, 
 var (
 	dtypes = []format.DType{format.F32, format.F16, format.BF16}
 	// allDTypes adds the block dtypes, whose rows' lengths are multiples of
-	// 32 (the kernel tests skip the other shapes for them).
-	allDTypes = append(dtypes, format.Q8_0, format.Q4_0)
+	// 32 or 256 (the kernel tests skip the other shapes for them).
+	allDTypes = append(dtypes, format.Q8_0, format.Q4_0, format.Q5_0, format.Q5_1, format.Q4_K, format.Q5_K, format.Q6_K)
 )
 
 // tolFor is the relative error allowed against the CPU's kernels: F32 1e-5;
-// F16/BF16 1e-3; Q8_0/Q4_0 1e-5, since both backends quantize x to the same
-// int8 blocks and sum the same integer block dots (only the float sum over
-// blocks, or over a tile, runs in another order).
+// F16/BF16 1e-3; block dtypes 1e-5, since both backends quantize x to the
+// same int8 blocks and sum the same integer block dots (only the float sum
+// over blocks, or over a tile, runs in another order).
 func tolFor(d format.DType) float64 {
 	if d == format.F32 || d.Quantized() {
 		return 1e-5
@@ -183,7 +186,7 @@ func tolFor(d format.DType) float64 {
 }
 
 // takes reports whether dtype can store rows of cols elements.
-func takes(dtype format.DType, cols int) bool { return !dtype.Quantized() || cols%32 == 0 }
+func takes(dtype format.DType, cols int) bool { e, _ := dtype.Block(); return cols%e == 0 }
 
 // TestKernelEmbed: rows are converted (dequantized) exactly.
 func TestKernelEmbed(t *testing.T) {
@@ -191,8 +194,8 @@ func TestKernelEmbed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, dt := range allDTypes {
 		H := 72
-		if !takes(dt, H) {
-			H = 96
+		for !takes(dt, H) {
+			H += 8
 		}
 		w := p.weights(rng, dt, 50, H)
 		ids := p.i32([]int32{3, 49, 0, 3, 17})
@@ -222,13 +225,13 @@ func TestKernelRMSNorm(t *testing.T) {
 }
 
 // TestKernelMatVec: dense and gathered rows, bias, accumulation, each dtype,
-// aligned (vectorised) and odd (scalar) row lengths; block rows of 3 to 64
+// aligned (vectorised) and odd (scalar) row lengths; block rows of 1 to 64
 // blocks (the GPU's x quantized to int8 blocks, __dp4a dots).
 func TestKernelMatVec(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(3, 1))
 	for _, dt := range allDTypes {
-		for _, shape := range [][2]int{{300, 256}, {129, 100}, {129, 96}, {2048, 2048}} {
+		for _, shape := range [][2]int{{300, 256}, {129, 100}, {129, 96}, {129, 768}, {2048, 2048}} {
 			R, C := shape[0], shape[1]
 			if !takes(dt, C) {
 				continue
@@ -254,7 +257,7 @@ func TestKernelGateUp(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(4, 1))
 	for _, dt := range allDTypes {
-		for _, shape := range [][2]int{{384, 128}, {172, 64}, {8192, 2048}, {77, 36}, {77, 1088}} {
+		for _, shape := range [][2]int{{384, 128}, {172, 64}, {8192, 2048}, {77, 36}, {77, 1088}, {77, 256}} {
 			N, H := shape[0], shape[1]
 			if !takes(dt, H) {
 				continue
@@ -280,7 +283,7 @@ func TestKernelAddRows(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(5, 1))
 	for _, dt := range allDTypes {
-		for _, shape := range [][2]int{{269, 128}, {120, 64}, {5734, 2048}, {33, 30}, {33, 96}} {
+		for _, shape := range [][2]int{{269, 128}, {120, 64}, {5734, 2048}, {33, 30}, {33, 96}, {33, 512}} {
 			K, H := shape[0], shape[1]
 			if !takes(dt, H) {
 				continue
@@ -307,7 +310,7 @@ func TestKernelGemm(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(6, 1))
 	for _, dt := range allDTypes {
-		for _, s := range [][3]int{{5, 100, 70}, {5, 100, 96}, {70, 128, 384}, {129, 512, 256}} {
+		for _, s := range [][3]int{{5, 100, 70}, {5, 100, 96}, {70, 128, 384}, {129, 512, 256}, {7, 64, 512}} {
 			T, R, C := s[0], s[1], s[2]
 			if !takes(dt, C) {
 				continue

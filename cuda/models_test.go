@@ -66,8 +66,27 @@ func TestMain(m *testing.M) {
 // With r, the file is reconstructed (convert.Reconstruct: an output bias per
 // layer and refitted rows).
 func sliced(ck *hf.Checkpoint, layers int, dtype format.DType, out string, r ...convert.Reconstruct) (*runtime.Model, error) {
+	return slicedAs(ck, layers, storage{dtype: dtype}, out, r...)
+}
+
+// storage is a conversion's weight dtype: with mix, llama-quantize's _M mix
+// of that K-quant (Q4_K_M, Q5_K_M).
+type storage struct {
+	dtype format.DType
+	mix   bool
+}
+
+func (st storage) String() string {
+	if st.mix {
+		return st.dtype.String() + "_M"
+	}
+	return st.dtype.String()
+}
+
+// slicedAs is sliced stored as st.
+func slicedAs(ck *hf.Checkpoint, layers int, st storage, out string, r ...convert.Reconstruct) (*runtime.Model, error) {
 	opt := convert.Options{Gamma: 0.7, Delta: 0.3, FirstLayer: 0, LastLayer: layers,
-		ExplicitRange: true, Random: true, Seed: 7, DType: dtype}
+		ExplicitRange: true, Random: true, Seed: 7, DType: st.dtype, Mix: st.mix}
 	if len(r) > 0 {
 		opt.Reconstruct = r[0]
 	}
@@ -96,7 +115,9 @@ func synthetic(shape string, dtype format.DType, tokenizer, dir string) (*hf.Che
 }
 
 // testModels returns the shared trained models (F32; the Qwen2 fixture BF16),
-// sliced F32, F16, Q8_0 and Q4_0 conversions of two of them, and random checkpoints of
+// sliced F32, F16, Q8_0 and Q4_0 conversions of two of them, Q4_K_M and
+// Q5_K_M conversions of a random test-kquant checkpoint (rows of whole
+// 256-blocks), and random checkpoints of
 // the test shapes (llama3 RoPE scaling and an untied head in F16; Qwen2
 // biases in BF16) with their sliced conversions. It skips without
 // ../shared.
@@ -134,17 +155,28 @@ func buildModels(root string) ([]modelCase, error) {
 	for _, sh := range []struct {
 		shape string
 		dtype format.DType
-	}{{"test-tiny", format.F16}, {"test-tiny-qwen2", format.BF16}} {
+		// stored: the dtypes of the sliced conversions (the checkpoint's
+		// own when empty).
+		stored []storage
+	}{{"test-tiny", format.F16, nil}, {"test-tiny-qwen2", format.BF16, nil},
+		// Q4_K_M and Q5_K_M hold Q4_K, Q5_K and Q6_K matrices; Q5_0 and Q5_1
+		// are the kernel tests' alone (the emulator under ASan has 10 minutes).
+		{"test-kquant", format.F16, []storage{{format.Q4_K, true}, {format.Q5_K, true}}}} {
 		ck, m, err := synthetic(sh.shape, sh.dtype, filepath.Join(root, "tokenizers", "llama3"), filepath.Join(dir, sh.shape))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.shape, err)
 		}
-		cases = append(cases, modelCase{sh.shape + "/" + sh.dtype.String(), m, denseOnly})
-		sm, err := sliced(ck, m.Config.Layers, sh.dtype, filepath.Join(dir, sh.shape+".sinf"))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sh.shape, err)
+		if sh.stored == nil {
+			cases = append(cases, modelCase{sh.shape + "/" + sh.dtype.String(), m, denseOnly})
+			sh.stored = []storage{{dtype: sh.dtype}}
 		}
-		cases = append(cases, modelCase{sh.shape + "/sliced-" + sh.dtype.String(), sm, allModes})
+		for _, st := range sh.stored {
+			sm, err := slicedAs(ck, m.Config.Layers, st, filepath.Join(dir, sh.shape+"-"+st.String()+".sinf"))
+			if err != nil {
+				return nil, fmt.Errorf("%s %v: %w", sh.shape, st, err)
+			}
+			cases = append(cases, modelCase{sh.shape + "/sliced-" + st.String(), sm, allModes})
+		}
 	}
 	// A reconstructed F16 file: every layer's output bias is added as one
 	// more row (Session.ffn), in every mode.

@@ -137,7 +137,7 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 		return nil, fmt.Errorf("cuda: head_dim %d above 256 is not supported", c.HeadDim)
 	}
 	if d, ok := unsupportedWeights(m); ok {
-		return nil, fmt.Errorf("cuda: %v weights are not supported by the CUDA backend yet (it takes F32, F16, BF16, Q8_0 and Q4_0); run this file on the CPU (without --device cuda) or convert with --dtype q4_0", d)
+		return nil, fmt.Errorf("cuda: %v weights are not supported by the CUDA backend (it takes F32, F16, BF16 and GGML's block dtypes); run this file on the CPU (without --device cuda)", d)
 	}
 	s := &Session{m: m, be: be, info: be.deviceInfo(), ctx: ctx, layers: make([]devLayer, c.Layers)}
 	defer func() {
@@ -215,10 +215,12 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 }
 
 // unsupportedWeights returns the dtype of the first matrix of m the CUDA
-// kernels do not take (Q5_0, Q5_1 or a K-quant; sinfcuda.h lists the ones
-// they do).
+// kernels do not take (sinfcuda.h lists the ones they do: F32, F16, BF16,
+// Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 func unsupportedWeights(m *runtime.Model) (format.DType, bool) {
-	return firstWeight(m, func(d format.DType) bool { return d.Quantized() && d != format.Q8_0 && d != format.Q4_0 })
+	return firstWeight(m, func(d format.DType) bool {
+		return d != 0 && d != format.F32 && d != format.F16 && d != format.BF16 && !d.Quantized()
+	})
 }
 
 // firstWeight returns the dtype of m's first weight matrix for which pick

@@ -151,16 +151,16 @@ func TestUnavailableWithoutTag(t *testing.T) {
 	require.ErrorContains(t, err, "built without the cuda tag")
 }
 
-// TestQuantizedRefused: block dtypes the CUDA kernels do not take yet (Q5_0,
-// Q5_1, the K-quants) are refused with an error naming the dtype, not run
-// wrong.
-func TestQuantizedRefused(t *testing.T) {
+// TestUnsupportedRefused: a weight dtype the CUDA kernels do not take (an
+// I32 matrix here; every F32/F16/BF16 and GGML block dtype of a .sinf file
+// is taken) is refused with an error naming the dtype, not run wrong.
+func TestUnsupportedRefused(t *testing.T) {
 	mc := testModels(t)[0]
 	m := *mc.model
 	m.Layers = slices.Clone(m.Layers)
 	up := m.Layers[len(m.Layers)-1].MLP.Up
-	up.DType = format.Q4_K
+	up.DType = format.I32
 	m.Layers[len(m.Layers)-1].MLP.Up = up
 	_, err := newSession(&m, newRefBackend(testPool(t)), Options{Context: 16})
-	require.ErrorContains(t, err, "Q4_K weights are not supported by the CUDA backend")
+	require.ErrorContains(t, err, "I32 weights are not supported by the CUDA backend")
 }

@@ -5,12 +5,13 @@
  * Conventions
  *  - Device addresses are passed as sinf_dptr (a 64-bit integer), never as C
  *    pointers, so Go never holds them as pointers; 0 means "none".
- *  - Weights are row-major [rows, cols] matrices of dtype F32, F16, BF16, Q8_0
- *    or Q4_0 (the codes of format.DType: 1, 2, 3, 6, 7; a Q8_0/Q4_0 row is
- *    cols/32 GGML blocks of 34/18 bytes, spec/sinf.md §5.2, cols a multiple of
- *    32), read in place; activations, the KV cache and every accumulation are
- *    float32. Decode products over Q8_0/Q4_0 rows quantize x to int8 blocks
- *    (as the CPU's MatVec does) and multiply in integers (__dp4a).
+ *  - Weights are row-major [rows, cols] matrices of dtype F32, F16, BF16 or a
+ *    GGML block dtype, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (the codes of
+ *    format.DType below; a block row is cols/32 blocks, cols/256 for the
+ *    K-quants, spec/sinf.md §5.2–5.3), read in place; activations, the KV
+ *    cache and every accumulation are float32. Decode products over block
+ *    rows quantize x to int8 blocks of 32 (as the CPU's MatVec does) and
+ *    multiply in integers (__dp4a).
  *  - Kernel launchers are asynchronous on the context's stream; they return 0
  *    or a CUDA error code (launch errors only: execution errors surface at
  *    sinf_sync or a copy to the host). sinf_error_string names a code.
@@ -32,7 +33,18 @@ extern "C" {
 
 typedef uint64_t sinf_dptr;
 
-enum { SINF_F32 = 1, SINF_F16 = 2, SINF_BF16 = 3, SINF_Q8_0 = 6, SINF_Q4_0 = 7 };
+enum {
+	SINF_F32 = 1,
+	SINF_F16 = 2,
+	SINF_BF16 = 3,
+	SINF_Q8_0 = 6,
+	SINF_Q4_0 = 7,
+	SINF_Q4_K = 8,
+	SINF_Q5_K = 9,
+	SINF_Q6_K = 10,
+	SINF_Q5_0 = 11,
+	SINF_Q5_1 = 12
+};
 
 /* A weight matrix [rows, cols] of dtype at device address data. */
 typedef struct {

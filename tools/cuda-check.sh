@@ -9,15 +9,15 @@
 #   3. kernel benchmarks: each kernel's GB/s as a fraction of the measured
 #      device-to-device copy bandwidth (go test -tags cuda -bench . ./cuda/)
 #   4. Llama-3.2-1B and -3B shapes: sinf synth (random F16 weights), sinf
-#      convert --random with gamma 1 and gamma 0.7 at each of DTYPES (F16, Q8_0
-#      and Q4_0 on the first shape; F16 and Q4_0 on the others), then decode
+#      convert --random with gamma 1 and gamma 0.7 at each of DTYPES (F16, Q8_0,
+#      Q4_0 and Q4_K_M on the first shape; F16 and Q4_0 on the others), then decode
 #      tok/s on the GPU: dense (gamma 1), selectinfer phi 0.4 and gatefirst
 #      (the default) on gamma 0.7, and gatefirst through --mapped (first shape)
 #
 # Usage: tools/cuda-check.sh [OUTDIR]   (default: $OUT, else /tmp/sinf-cuda-check/out)
 # Env:   SINF_SHARED (default ../shared), SHAPES ("llama-3.2-1b llama-3.2-3b"),
 #        WORK (synthetic models; default /tmp/sinf-cuda-check), GEN (decode steps, 64),
-#        DTYPES ("f16 q8_0 q4_0")
+#        DTYPES ("f16 q8_0 q4_0 q4_k_m")
 # Results: OUTDIR/summary.txt (the tables), tests.txt, bench.txt, check.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ out=${1:-${OUT:-/tmp/sinf-cuda-check/out}}
 work=${WORK:-/tmp/sinf-cuda-check}
 shapes=${SHAPES:-llama-3.2-1b llama-3.2-3b}
 gen=${GEN:-64}
-dtypes=${DTYPES:-f16 q8_0 q4_0}
+dtypes=${DTYPES:-f16 q8_0 q4_0 q4_k_m}
 mkdir -p "$out" "$work"
 export SINF_SHARED=${SINF_SHARED:-$(cd "$root/.." && pwd)/shared}
 export PATH=$PATH:/usr/local/cuda/bin:/usr/local/go/bin
@@ -153,9 +153,12 @@ row() { printf '  %-14s %-6s %-34s %12s %12s %9s\n' "$@" | tee -a "$summary"; }
 first=${shapes%% *}
 for shape in $shapes; do
 	dir=$work/$shape
-	# Every dtype on the first shape; F16 and Q4_0 (what an Orin runs) on the others.
+	# Every dtype on the first shape; of them F16 and Q4_0 on the others.
 	dts=$dtypes
-	[ "$shape" = "$first" ] || dts=$(echo " $dtypes " | sed 's/ q8_0 / /')
+	if [ "$shape" != "$first" ]; then
+		dts=
+		for dt in $dtypes; do case $dt in f16 | q4_0) dts="$dts $dt" ;; esac; done
+	fi
 	need=0
 	for dt in $dts; do
 		{ [ -f "$work/$shape-$dt-g1.sinf" ] && [ -f "$work/$shape-$dt-g07.sinf" ]; } || need=1

@@ -66,8 +66,9 @@ func init() {
 		MaxPositions: 131072, RMSNormEps: 1e-5, RopeTheta: 500000, RopeScaling: llama32Scaling, TieEmbeddings: true,
 		BOS: 128000, EOS: 128001, Generation: map[string]any{"do_sample": true, "temperature": 0.6, "top_p": 0.9}})
 
-	// Test shapes: a few kilobytes, one per code path (untied head with
-	// llama3 RoPE scaling; Qwen2 biases with a tied head).
+	// Test shapes: a few kilobytes to a megabyte, one per code path (untied
+	// head with llama3 RoPE scaling; Qwen2 biases with a tied head; rows of
+	// whole 256-element K-quant blocks).
 	register(Shape{Name: "test-tiny", Model: "(test shape)", ModelType: "llama",
 		Hidden: 32, Intermediate: 64, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Vocab: 256,
 		MaxPositions: 128, RMSNormEps: 1e-5, RopeTheta: 500000, RopeScaling: &runtime.RopeScaling{Type: "llama3",
@@ -76,6 +77,9 @@ func init() {
 	register(Shape{Name: "test-tiny-qwen2", Model: "(test shape)", ModelType: "qwen2",
 		Hidden: 32, Intermediate: 48, Layers: 2, Heads: 4, KVHeads: 1, HeadDim: 8, Vocab: 4096,
 		MaxPositions: 128, RMSNormEps: 1e-6, RopeTheta: 1000000, TieEmbeddings: true, BOS: 1, EOS: 2, Test: true})
+	register(Shape{Name: "test-kquant", Model: "(test shape)", ModelType: "llama",
+		Hidden: 256, Intermediate: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512,
+		MaxPositions: 128, RMSNormEps: 1e-5, RopeTheta: 10000, TieEmbeddings: true, BOS: 1, EOS: 2, Test: true})
 }
 
 // Names lists the shapes for users (test shapes left out), sorted.

@@ -144,11 +144,20 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 
 static inline bool aligned16(sinf_dptr p) { return (p & 15) == 0; }
 
-// Block-quantized weights (GGML's Q8_0 and Q4_0, spec/sinf.md §5.2): a row
-// of K elements is K/32 blocks, each an F16 scale d and 32 values; element
-// i = d·q_i (Q8_0, q int8) or d·(q_i − 8) (Q4_0, q in 0–15: byte i's low
-// nibble for i < 16, byte i−16's high nibble above). The structs have GGML's
-// layout (2-byte alignment, no padding).
+// Block-quantized weights (GGML's layouts, spec/sinf.md §5.2–5.3): a row of K
+// elements is K/BE blocks (BlockElems<T>: 32, or 256 for the K-quants). The
+// structs have GGML's layout (2-byte alignment, no padding).
+//   Q8_0: element i = d·q_i, q int8.
+//   Q4_0: d·(q_i − 8), q_i byte i's low nibble (i < 16) or byte i−16's high one.
+//   Q5_0: d·(q_i − 16), Q4_0's nibbles with bit 4 of element i in bit i of qh.
+//   Q5_1: d·q_i + m, Q5_0's 5-bit q.
+//   Q4_K: sub-block j = i/32 of eight, 6-bit scale sc_j and minimum m_j
+//         (scale_min_k4); element d·sc_j·q − dmin·m_j, q the low (even j) or
+//         high (odd j) nibble of qs[32·(i/64) + i%32].
+//   Q5_K: Q4_K with bit 4 of q in bit j of qh[i%32].
+//   Q6_K: (d·sc_{i/16})·(q − 32), q 6 bits: the nibble of ql[64h + 32(k&1) + l]
+//         (k ≥ 2 the high one) and bits 2k of qh[32h + l], h = i/128,
+//         k = i%128/32, l = i%32.
 struct q8_0_t {
 	uint16_t d;
 	int8_t qs[32];
@@ -157,39 +166,158 @@ struct q4_0_t {
 	uint16_t d;
 	uint8_t qs[16];
 };
-static_assert(sizeof(q8_0_t) == 34 && sizeof(q4_0_t) == 18, "GGML block sizes");
+struct q5_0_t {
+	uint16_t d;
+	uint8_t qh[4];
+	uint8_t qs[16];
+};
+struct q5_1_t {
+	uint16_t d, m;
+	uint8_t qh[4];
+	uint8_t qs[16];
+};
+struct q4_k_t {
+	uint16_t d, dmin;
+	uint8_t sc[12];
+	uint8_t qs[128];
+};
+struct q5_k_t {
+	uint16_t d, dmin;
+	uint8_t sc[12];
+	uint8_t qh[32];
+	uint8_t qs[128];
+};
+struct q6_k_t {
+	uint8_t ql[128];
+	uint8_t qh[64];
+	int8_t sc[16];
+	uint16_t d;
+};
+static_assert(sizeof(q8_0_t) == 34 && sizeof(q4_0_t) == 18 && sizeof(q5_0_t) == 22 && sizeof(q5_1_t) == 24 &&
+                  sizeof(q4_k_t) == 144 && sizeof(q5_k_t) == 176 && sizeof(q6_k_t) == 210,
+              "GGML block sizes");
 
+// BlockElems<T>::n: the elements of one block (0: T is not a block dtype).
+template <typename T> struct BlockElems {
+	static constexpr int n = 0;
+};
+template <> struct BlockElems<q8_0_t> {
+	static constexpr int n = 32;
+};
+template <> struct BlockElems<q4_0_t> {
+	static constexpr int n = 32;
+};
+template <> struct BlockElems<q5_0_t> {
+	static constexpr int n = 32;
+};
+template <> struct BlockElems<q5_1_t> {
+	static constexpr int n = 32;
+};
+template <> struct BlockElems<q4_k_t> {
+	static constexpr int n = 256;
+};
+template <> struct BlockElems<q5_k_t> {
+	static constexpr int n = 256;
+};
+template <> struct BlockElems<q6_k_t> {
+	static constexpr int n = 256;
+};
 template <typename T> struct IsBlock {
-	static constexpr bool v = false;
-};
-template <> struct IsBlock<q8_0_t> {
-	static constexpr bool v = true;
-};
-template <> struct IsBlock<q4_0_t> {
-	static constexpr bool v = true;
+	static constexpr bool v = BlockElems<T>::n > 0;
 };
 
 __device__ __forceinline__ float block_scale(uint16_t d) { return __half2float(__ushort_as_half(d)); }
 
-// block_elem returns element i (0–31) of a block, exactly as the CPU's
-// format.Dequantize: float(q)·d in binary32.
+// ld32 reads the four bytes at p (2-byte aligned: blocks are) as one
+// little-endian word.
+__device__ __forceinline__ int ld32(const void *p) {
+	const uint16_t *h = static_cast<const uint16_t *>(p);
+	return (int)((uint32_t)h[0] | ((uint32_t)h[1] << 16));
+}
+
+// scale_min_k4 returns sub-block j's 6-bit scale and minimum of a Q4_K/Q5_K
+// block's 12 scale bytes (spec §5.3).
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, float &sc, float &m) {
+	if (j < 4) {
+		sc = (float)(q[j] & 63);
+		m = (float)(q[j + 4] & 63);
+	} else {
+		sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+		m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+	}
+}
+
+// block_elem returns element i of a block exactly as the CPU's
+// format.Dequantize computes it (each binary32 operation rounded on its own:
+// the _rn intrinsics keep nvcc from fusing them).
 __device__ __forceinline__ float block_elem(const q8_0_t &b, int i) { return (float)b.qs[i] * block_scale(b.d); }
 __device__ __forceinline__ float block_elem(const q4_0_t &b, int i) {
 	const int q = i < 16 ? (b.qs[i] & 15) : (b.qs[i - 16] >> 4);
 	return (float)(q - 8) * block_scale(b.d);
 }
+__device__ __forceinline__ int q5_level(const uint8_t *qh, const uint8_t *qs, int i) {
+	const int nib = i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4);
+	return nib | (((qh[i >> 3] >> (i & 7)) & 1) << 4);
+}
+__device__ __forceinline__ float block_elem(const q5_0_t &b, int i) {
+	return (float)(q5_level(b.qh, b.qs, i) - 16) * block_scale(b.d);
+}
+__device__ __forceinline__ float block_elem(const q5_1_t &b, int i) {
+	return __fadd_rn(__fmul_rn((float)q5_level(b.qh, b.qs, i), block_scale(b.d)), block_scale(b.m));
+}
+template <typename T> __device__ __forceinline__ float k4_elem(const T &b, int i, int q) {
+	float sc, m;
+	scale_min_k4(i / 32, b.sc, sc, m);
+	const float d = __fmul_rn(block_scale(b.d), sc), dm = __fmul_rn(block_scale(b.dmin), m);
+	return __fsub_rn(__fmul_rn(d, (float)q), dm);
+}
+__device__ __forceinline__ float block_elem(const q4_k_t &b, int i) {
+	const uint8_t v = b.qs[32 * (i / 64) + i % 32];
+	return k4_elem(b, i, (i / 32) & 1 ? v >> 4 : v & 15);
+}
+__device__ __forceinline__ float block_elem(const q5_k_t &b, int i) {
+	const int j = i / 32, l = i % 32;
+	const uint8_t v = b.qs[32 * (i / 64) + l];
+	return k4_elem(b, i, (j & 1 ? v >> 4 : v & 15) | (((b.qh[l] >> j) & 1) << 4));
+}
+__device__ __forceinline__ float block_elem(const q6_k_t &b, int i) {
+	const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+	const int q = ((b.ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 15) | (((b.qh[32 * h + l] >> (2 * k)) & 3) << 4);
+	const float s = __fmul_rn(block_scale(b.d), (float)b.sc[8 * h + 2 * k + l / 16]);
+	return __fmul_rn(s, (float)(q - 32));
+}
 
 // wat returns element (r, c) of a row-major matrix W of ld elements per row,
 // for every weight dtype (the scalar paths: embedding, prefill tiles, the
-// neuron-row accumulation of quantized rows).
+// neuron-row accumulation of block rows).
 template <typename T> __device__ __forceinline__ float wat(const T *W, size_t r, size_t c, size_t ld) {
-	if constexpr (IsBlock<T>::v)
-		return block_elem(W[r * (ld / 32) + c / 32], (int)(c % 32));
-	else
+	if constexpr (IsBlock<T>::v) {
+		constexpr int E = BlockElems<T>::n;
+		return block_elem(W[r * (ld / E) + c / E], (int)(c % E));
+	} else
 		return load1(W + r * ld + c);
 }
 
-static inline bool is_block(int dtype) { return dtype == SINF_Q8_0 || dtype == SINF_Q4_0; }
+// block_elems returns the elements of one block of a dtype code: 32, 256 for
+// the K-quants, 0 for the float dtypes (and unknown codes).
+static inline int block_elems(int dtype) {
+	switch (dtype) {
+	case SINF_Q8_0:
+	case SINF_Q4_0:
+	case SINF_Q5_0:
+	case SINF_Q5_1:
+		return 32;
+	case SINF_Q4_K:
+	case SINF_Q5_K:
+	case SINF_Q6_K:
+		return 256;
+	default:
+		return 0;
+	}
+}
+static inline bool is_block(int dtype) { return block_elems(dtype) > 0; }
+// rows_ok: a row of cols elements is whole blocks of dtype.
+static inline bool rows_ok(int dtype, int cols) { return !is_block(dtype) || cols % block_elems(dtype) == 0; }
 
 // Dispatch a templated launcher over a weight dtype (W: its element type);
 // SINF_DISPATCH takes the float dtypes, SINF_DISPATCH_ALL the block ones too;
@@ -210,18 +338,24 @@ static inline bool is_block(int dtype) { return dtype == SINF_Q8_0 || dtype == S
 	default:                                                                                                       \
 		return SINF_EINVAL;                                                                                          \
 	}
+#define SINF_BLOCK_CASES(...)                                                                                          \
+	SINF_CASE(SINF_Q8_0, q8_0_t, __VA_ARGS__)                                                                      \
+	SINF_CASE(SINF_Q4_0, q4_0_t, __VA_ARGS__)                                                                      \
+	SINF_CASE(SINF_Q5_0, q5_0_t, __VA_ARGS__)                                                                      \
+	SINF_CASE(SINF_Q5_1, q5_1_t, __VA_ARGS__)                                                                      \
+	SINF_CASE(SINF_Q4_K, q4_k_t, __VA_ARGS__)                                                                      \
+	SINF_CASE(SINF_Q5_K, q5_k_t, __VA_ARGS__)                                                                      \
+	SINF_CASE(SINF_Q6_K, q6_k_t, __VA_ARGS__)
 #define SINF_DISPATCH_BLOCK(dtype, ...)                                                                                \
 	switch (dtype) {                                                                                               \
-		SINF_CASE(SINF_Q8_0, q8_0_t, __VA_ARGS__)                                                                  \
-		SINF_CASE(SINF_Q4_0, q4_0_t, __VA_ARGS__)                                                                  \
+		SINF_BLOCK_CASES(__VA_ARGS__)                                                                              \
 	default:                                                                                                       \
 		return SINF_EINVAL;                                                                                          \
 	}
 #define SINF_DISPATCH_ALL(dtype, ...)                                                                                  \
 	switch (dtype) {                                                                                               \
 		SINF_FLOAT_CASES(__VA_ARGS__)                                                                              \
-		SINF_CASE(SINF_Q8_0, q8_0_t, __VA_ARGS__)                                                                  \
-		SINF_CASE(SINF_Q4_0, q4_0_t, __VA_ARGS__)                                                                  \
+		SINF_BLOCK_CASES(__VA_ARGS__)                                                                              \
 	default:                                                                                                       \
 		return SINF_EINVAL;                                                                                          \
 	}

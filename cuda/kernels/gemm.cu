@@ -1,6 +1,6 @@
 // Prefill matrix products. F32 weights go to cuBLAS (cublasGemmEx, float32
 // compute, no TF32; the tiled kernel when built with SINF_NO_CUBLAS);
-// F16/BF16/Q8_0/Q4_0 weights to a tiled kernel that converts each
+// F16/BF16 and block weights to a tiled kernel that converts each
 // weight exactly to float32 (a block's element d·q, as the CPU's prefill
 // dequantizes) and multiplies float32 activations, so prefill keeps the
 // CPU's precision (converting activations to half for the tensor cores would
@@ -112,7 +112,7 @@ extern "C" int sinf_gemm(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr x, in
 		return sinf_launch_rc();
 	}
 #endif
-	if (is_block(w.dtype) && K % 32 != 0) return SINF_EINVAL;
+	if (!rows_ok(w.dtype, K)) return SINF_EINVAL;
 	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
 	SINF_DISPATCH_ALL(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, true>)(
 	                           (float *)dp(dst), (const float *)dp(x), (const W *)dp(w.data), M, N, K,
@@ -134,7 +134,7 @@ extern "C" int sinf_gemm_rows_t(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dpt
 		                            CUBLAS_GEMM_DEFAULT));
 	}
 #endif
-	if (is_block(w.dtype) && N % 32 != 0) return SINF_EINVAL;
+	if (!rows_ok(w.dtype, N)) return SINF_EINVAL;
 	dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
 	SINF_DISPATCH_ALL(w.dtype, SINF_LAUNCH(grid, kGemmThreads, 0, c->stream, gemm_kernel<W, false>)(
 	                           (float *)dp(dst), (const float *)dp(a), (const W *)dp(w.data), M, N, K, nullptr,

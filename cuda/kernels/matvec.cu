@@ -1,10 +1,10 @@
 // Decode kernels over weight rows: embedding lookup, dense and gathered
 // matrix-vector products, fused SwiGLU over gate/up rows, and the neuron-row
 // accumulation of the transposed down_proj. Over Q8_0/Q4_0 rows the products
-// first quantize x to int8 blocks (quantize_x_kernel, the CPU's quantizeX)
-// and multiply in integers with __dp4a, one block per lane (the CPU's
-// vec_dot_q8_0_q8_0 / vec_dot_q4_0_q8_0); the accumulation dequantizes each
-// weight in registers (wat).
+// first quantize x to int8 blocks of 32 (quantize_x_kernel, the CPU's
+// quantizeX) and multiply in integers with __dp4a, one weight block per lane
+// (the CPU's qdotRows and kquant.go's block dots); the accumulation
+// dequantizes each weight in registers (wat).
 #include "common.cuh"
 
 namespace {
@@ -104,35 +104,45 @@ __global__ void gate_up_kernel(float *__restrict__ dst, const T *__restrict__ g,
 // quantize_x_kernel quantizes x[32·nb] to int8 blocks as the CPU's
 // quantizeX does: per block d = max|x|/127 and q = x·(1/d) rounded to
 // nearest even (0 for a zero block); xq gets the 32 q of each block, xd its
-// d. One warp per block.
-__global__ void quantize_x_kernel(int8_t *__restrict__ xq, float *__restrict__ xd, const float *__restrict__ x, int nb) {
+// d and xs its (8·Σq)·d (what the dtypes with an offset or a minimum
+// subtract). One warp per block.
+__global__ void quantize_x_kernel(int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs,
+                                  const float *__restrict__ x, int nb) {
 	const int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (b >= nb) return;
 	const float v = x[(size_t)b * 32 + lane];
 	const float d = warp_max(fabsf(v)) / 127.f;
 	const float id = d != 0.f ? 1.f / d : 0.f;
-	xq[(size_t)b * 32 + lane] = (int8_t)__float2int_rn(v * id);
-	if (lane == 0) xd[b] = d;
+	int q = __float2int_rn(v * id);
+	xq[(size_t)b * 32 + lane] = (int8_t)q;
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+	if (lane == 0) {
+		xd[b] = d;
+		xs[b] = __fmul_rn((float)(8 * q), d);
+	}
 }
 
-// ld32 reads the four bytes at p (2-byte aligned: a block's values follow
-// its 2-byte scale) as one little-endian word.
-__device__ __forceinline__ int ld32(const void *p) {
-	const uint16_t *h = static_cast<const uint16_t *>(p);
-	return (int)((uint32_t)h[0] | ((uint32_t)h[1] << 16));
+// The block dots: one weight block times the matching x blocks (xq their
+// int8 values as words, 8 per x block; xd their scales, xs their (8·Σq)·d),
+// with the sums over levels in integers (__dp4a) and the float steps in the
+// CPU's order (kquant.go, quant.go). sum1 is Σ q_x over words of x.
+__device__ __forceinline__ int sum1(int x) { return __dp4a(0x01010101, x, 0); }
+
+// spread4 puts bits 0–3 of h at bit 4 of bytes 0–3 (the fifth bit of four
+// Q5 levels).
+__device__ __forceinline__ int spread4(unsigned h) {
+	return (int)(((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25));
 }
 
-// qdot_block returns one weight block times the matching block of x
-// quantized (xq: its 32 int8 values as 8 words, xd its scale): d_w·d_x·Σ q_w·q_x
-// with the sum in integers (Q4_0: Σ (q_w − 8)·q_x = Σ q_w·q_x − 8·Σ q_x).
-__device__ __forceinline__ float qdot_block(const q8_0_t &b, const int *__restrict__ xq, float xd) {
+__device__ __forceinline__ float qdot_block(const q8_0_t &b, const int *__restrict__ xq, const float *xd, const float *) {
 	int s = 0;
 #pragma unroll
 	for (int i = 0; i < 8; i++) s = __dp4a(ld32(b.qs + 4 * i), __ldg(xq + i), s);
-	return block_scale(b.d) * xd * (float)s;
+	return block_scale(b.d) * __ldg(xd) * (float)s;
 }
-__device__ __forceinline__ float qdot_block(const q4_0_t &b, const int *__restrict__ xq, float xd) {
+__device__ __forceinline__ float qdot_block(const q4_0_t &b, const int *__restrict__ xq, const float *xd, const float *) {
 	int s = 0, sx = 0;
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
@@ -140,24 +150,117 @@ __device__ __forceinline__ float qdot_block(const q4_0_t &b, const int *__restri
 		const int x0 = __ldg(xq + i), x1 = __ldg(xq + 4 + i);
 		s = __dp4a(w & 0x0f0f0f0f, x0, s);
 		s = __dp4a((w >> 4) & 0x0f0f0f0f, x1, s);
-		sx = __dp4a(0x01010101, x0, sx);
-		sx = __dp4a(0x01010101, x1, sx);
+		sx += sum1(x0) + sum1(x1);
 	}
-	return block_scale(b.d) * xd * (float)(s - 8 * sx);
+	return block_scale(b.d) * __ldg(xd) * (float)(s - 8 * sx);
+}
+// q5_dot returns Σ q·q_x over a Q5 block's 5-bit levels q (no offset) and
+// Σ q_x.
+__device__ __forceinline__ int q5_dot(const uint8_t *qh4, const uint8_t *qs, const int *__restrict__ xq, int &sx) {
+	const unsigned qh = (unsigned)ld32(qh4);
+	int s = 0;
+	sx = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int w = ld32(qs + 4 * i);
+		const int x0 = __ldg(xq + i), x1 = __ldg(xq + 4 + i);
+		s = __dp4a((w & 0x0f0f0f0f) | spread4(qh >> (4 * i)), x0, s);
+		s = __dp4a(((w >> 4) & 0x0f0f0f0f) | spread4(qh >> (16 + 4 * i)), x1, s);
+		sx += sum1(x0) + sum1(x1);
+	}
+	return s;
+}
+__device__ __forceinline__ float qdot_block(const q5_0_t &b, const int *__restrict__ xq, const float *xd, const float *) {
+	int sx;
+	const int s = q5_dot(b.qh, b.qs, xq, sx);
+	return block_scale(b.d) * __ldg(xd) * (float)(s - 16 * sx);
+}
+__device__ __forceinline__ float qdot_block(const q5_1_t &b, const int *__restrict__ xq, const float *xd, const float *xs) {
+	int sx;
+	const int s = q5_dot(b.qh, b.qs, xq, sx);
+	return __fadd_rn(block_scale(b.d) * __ldg(xd) * (float)s, __fmul_rn(block_scale(b.m), __ldg(xs) / 8.f));
+}
+// k4_dot is the Q4_K (qh null) / Q5_K dot: per group g of 64 elements, the
+// low nibbles of qs[32g:] (bit 2g of qh) pair with x block 2g, the high ones
+// (bit 2g+1) with x block 2g+1.
+template <typename T>
+__device__ __forceinline__ float k4_dot(const T &b, const uint8_t *qh, const int *__restrict__ xq, const float *xd,
+                                        const float *xs) {
+	float s = 0.f, sm = 0.f;
+#pragma unroll
+	for (int g = 0; g < 4; g++) {
+		int s0 = 0, s1 = 0;
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const int w = ld32(b.qs + 32 * g + 4 * i);
+			int lo = w & 0x0f0f0f0f, hi = (w >> 4) & 0x0f0f0f0f;
+			if (qh) {
+				const int h = ld32(qh + 4 * i);
+				lo |= ((h >> (2 * g)) & 0x01010101) << 4;
+				hi |= ((h >> (2 * g + 1)) & 0x01010101) << 4;
+			}
+			s0 = __dp4a(lo, __ldg(xq + 16 * g + i), s0);
+			s1 = __dp4a(hi, __ldg(xq + 16 * g + 8 + i), s1);
+		}
+		float c0, m0, c1, m1;
+		scale_min_k4(2 * g, b.sc, c0, m0);
+		scale_min_k4(2 * g + 1, b.sc, c1, m1);
+		s = __fadd_rn(s, __fadd_rn(c0 * __ldg(xd + 2 * g) * (float)s0, c1 * __ldg(xd + 2 * g + 1) * (float)s1));
+		sm = __fadd_rn(sm, __fadd_rn(__fmul_rn(m0, __ldg(xs + 2 * g)), __fmul_rn(m1, __ldg(xs + 2 * g + 1))));
+	}
+	return __fsub_rn(__fmul_rn(block_scale(b.d), s), __fmul_rn(block_scale(b.dmin), sm / 8.f));
+}
+__device__ __forceinline__ float qdot_block(const q4_k_t &b, const int *__restrict__ xq, const float *xd, const float *xs) {
+	return k4_dot(b, nullptr, xq, xd, xs);
+}
+__device__ __forceinline__ float qdot_block(const q5_k_t &b, const int *__restrict__ xq, const float *xd, const float *xs) {
+	return k4_dot(b, b.qh, xq, xd, xs);
+}
+// Q6_K: element 128h + 32k + l takes x block 4h + k and scale 8h + 2k + l/16.
+__device__ __forceinline__ float qdot_block(const q6_k_t &b, const int *__restrict__ xq, const float *xd, const float *) {
+	float s = 0.f;
+#pragma unroll
+	for (int h = 0; h < 2; h++)
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			int s0 = 0, s1 = 0, x0 = 0, x1 = 0;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const int w = ld32(b.ql + 64 * h + 32 * (k & 1) + 4 * i);
+				const int hb = ld32(b.qh + 32 * h + 4 * i);
+				const int q = ((w >> (4 * (k >> 1))) & 0x0f0f0f0f) | (((hb >> (2 * k)) & 0x03030303) << 4);
+				const int x = __ldg(xq + 8 * (4 * h + k) + i);
+				if (i < 4) {
+					s0 = __dp4a(q, x, s0);
+					x0 += sum1(x);
+				} else {
+					s1 = __dp4a(q, x, s1);
+					x1 += sum1(x);
+				}
+			}
+			s0 -= 32 * x0;
+			s1 -= 32 * x1;
+			s = __fadd_rn(s, __ldg(xd + 4 * h + k) * __fadd_rn((float)b.sc[8 * h + 2 * k] * (float)s0,
+			                                                    (float)b.sc[8 * h + 2 * k + 1] * (float)s1));
+		}
+	return __fmul_rn(block_scale(b.d), s);
 }
 
-// matvec_q_kernel: matvec_kernel over rows of nb blocks, x quantized.
+// matvec_q_kernel: matvec_kernel over rows of nb blocks, x quantized (the
+// x blocks of weight block b start at x block b·E/32). A lane takes whole
+// weight blocks.
 template <typename T>
 __global__ void matvec_q_kernel(float *__restrict__ dst, const T *__restrict__ w, int nb, const int32_t *__restrict__ rows,
                                 int n, const int *__restrict__ xq, const float *__restrict__ xd,
-                                const float *__restrict__ bias, int accumulate) {
+                                const float *__restrict__ xs, const float *__restrict__ bias, int accumulate) {
+	constexpr int X = BlockElems<T>::n / 32; // x blocks per weight block
 	const int j = blockIdx.x * kMatvecWarps + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (j >= n) return;
 	const int r = rows ? rows[j] : j;
 	const T *wr = w + (size_t)r * nb;
 	float s = 0.f;
-	for (int b = lane; b < nb; b += 32) s += qdot_block(wr[b], xq + 8 * b, __ldg(xd + b));
+	for (int b = lane; b < nb; b += 32) s += qdot_block(wr[b], xq + 8 * X * b, xd + X * b, xs + X * b);
 	s = warp_sum(s);
 	if (lane == 0) {
 		if (bias) s += bias[r];
@@ -169,7 +272,8 @@ __global__ void matvec_q_kernel(float *__restrict__ dst, const T *__restrict__ w
 template <typename T>
 __global__ void gate_up_q_kernel(float *__restrict__ dst, const T *__restrict__ g, const T *__restrict__ u, int nb,
                                  const int32_t *__restrict__ rows, int n, const int *__restrict__ xq,
-                                 const float *__restrict__ xd) {
+                                 const float *__restrict__ xd, const float *__restrict__ xs) {
+	constexpr int X = BlockElems<T>::n / 32;
 	const int j = blockIdx.x * kMatvecWarps + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (j >= n) return;
@@ -177,9 +281,8 @@ __global__ void gate_up_q_kernel(float *__restrict__ dst, const T *__restrict__ 
 	const T *gr = g + (size_t)r * nb, *ur = u + (size_t)r * nb;
 	float sg = 0.f, su = 0.f;
 	for (int b = lane; b < nb; b += 32) {
-		const float d = __ldg(xd + b);
-		sg += qdot_block(gr[b], xq + 8 * b, d);
-		su += qdot_block(ur[b], xq + 8 * b, d);
+		sg += qdot_block(gr[b], xq + 8 * X * b, xd + X * b, xs + X * b);
+		su += qdot_block(ur[b], xq + 8 * X * b, xd + X * b, xs + X * b);
 	}
 	sg = warp_sum(sg);
 	su = warp_sum(su);
@@ -244,19 +347,20 @@ template <typename T> bool vec_ok(sinf_mat w, sinf_dptr x) {
 
 // quantize_x quantizes x (cols floats, cols a multiple of 32) into the
 // context's scratch for the products over block rows: xq the int8 blocks
-// (4-byte aligned, read as words), xd their scales.
-int quantize_x(sinf_ctx *c, sinf_dptr x, int cols, const int **xq, const float **xd) {
+// (4-byte aligned, read as words), xd their scales, xs their (8·Σq)·d.
+int quantize_x(sinf_ctx *c, sinf_dptr x, int cols, const int **xq, const float **xd, const float **xs) {
 	if (cols % 32 != 0) return SINF_EINVAL;
 	const int nb = cols / 32;
 	void *buf = nullptr;
-	cudaError_t e = sinf_scratch(c, (size_t)nb * (32 + sizeof(float)), &buf);
+	cudaError_t e = sinf_scratch(c, (size_t)nb * (32 + 2 * sizeof(float)), &buf);
 	if (e != cudaSuccess) return sinf_rc(e);
 	int8_t *q = static_cast<int8_t *>(buf);
 	float *d = reinterpret_cast<float *>(q + (size_t)nb * 32);
 	SINF_LAUNCH((nb + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, quantize_x_kernel)(
-	    q, d, (const float *)dp(x), nb);
+	    q, d, d + nb, (const float *)dp(x), nb);
 	*xq = reinterpret_cast<const int *>(q);
 	*xd = d;
+	*xs = d + nb;
 	return sinf_launch_rc();
 }
 
@@ -265,7 +369,7 @@ int quantize_x(sinf_ctx *c, sinf_dptr x, int cols, const int **xq, const float *
 extern "C" int sinf_embed(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr ids, int id0, int T) {
 	cudaSetDevice(c->device);
 	if (T <= 0) return 0;
-	if (is_block(w.dtype) && w.cols % 32 != 0) return SINF_EINVAL;
+	if (!rows_ok(w.dtype, w.cols)) return SINF_EINVAL;
 	dim3 grid((w.cols + 255) / 256, T);
 	SINF_DISPATCH_ALL(w.dtype, (SINF_LAUNCH(grid, 256, 0, c->stream, embed_kernel<W>)((float *)dp(dst), (const W *)dp(w.data), w.cols,
 	                                                                     (const int32_t *)dp(ids), id0)));
@@ -279,11 +383,12 @@ extern "C" int sinf_matvec(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr row
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
 	if (is_block(w.dtype)) {
 		const int *xq;
-		const float *xd;
-		if (int rc = quantize_x(c, x, w.cols, &xq, &xd)) return rc;
+		const float *xd, *xs;
+		if (!rows_ok(w.dtype, w.cols)) return SINF_EINVAL;
+		if (int rc = quantize_x(c, x, w.cols, &xq, &xd, &xs)) return rc;
 		SINF_DISPATCH_BLOCK(w.dtype, SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, matvec_q_kernel<W>)(
-		                                 (float *)dp(dst), (const W *)dp(w.data), w.cols / 32, (const int32_t *)dp(rows), n,
-		                                 xq, xd, (const float *)dp(bias), accumulate));
+		                                 (float *)dp(dst), (const W *)dp(w.data), w.cols / BlockElems<W>::n,
+		                                 (const int32_t *)dp(rows), n, xq, xd, xs, (const float *)dp(bias), accumulate));
 		return sinf_launch_rc();
 	}
 	SINF_DISPATCH(w.dtype, {
@@ -306,11 +411,12 @@ extern "C" int sinf_gate_up(sinf_ctx *c, sinf_dptr dst, sinf_mat g, sinf_mat u, 
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
 	if (is_block(g.dtype)) {
 		const int *xq;
-		const float *xd;
-		if (int rc = quantize_x(c, x, g.cols, &xq, &xd)) return rc;
+		const float *xd, *xs;
+		if (!rows_ok(g.dtype, g.cols)) return SINF_EINVAL;
+		if (int rc = quantize_x(c, x, g.cols, &xq, &xd, &xs)) return rc;
 		SINF_DISPATCH_BLOCK(g.dtype, SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, gate_up_q_kernel<W>)(
-		                                 (float *)dp(dst), (const W *)dp(g.data), (const W *)dp(u.data), g.cols / 32,
-		                                 (const int32_t *)dp(rows), n, xq, xd));
+		                                 (float *)dp(dst), (const W *)dp(g.data), (const W *)dp(u.data),
+		                                 g.cols / BlockElems<W>::n, (const int32_t *)dp(rows), n, xq, xd, xs));
 		return sinf_launch_rc();
 	}
 	SINF_DISPATCH(g.dtype, {
@@ -335,7 +441,7 @@ extern "C" int sinf_add_rows(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr r
 		if (accumulate) return 0;
 		return sinf_rc(cudaMemsetAsync(dp(dst), 0, (size_t)cols * sizeof(float), c->stream));
 	}
-	if (is_block(w.dtype) && cols % 32 != 0) return SINF_EINVAL;
+	if (!rows_ok(w.dtype, cols)) return SINF_EINVAL;
 	constexpr int threads = 128;
 	int rc = 0;
 	SINF_DISPATCH_ALL(w.dtype, {
