@@ -185,4 +185,4 @@ cuda-emu: cuda-emu-lib cuda/build/emu-tsan/kernels_test cuda/build/emu-asan/kern
 		if [ $$rc -ne 66 ]; then echo "cuda-emu: the missing __syncthreads was not caught (exit $$rc)"; exit 1; fi
 	cuda/build/emu-asan/kernels_test
 	$(EMU_GO) vet -tags cuda,cudaemu ./cuda/
-	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(EMU_GO) test -asan -tags cuda,cudaemu -count=1 ./cuda/
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(EMU_GO) test -asan -tags cuda,cudaemu -count=1 -timeout 20m ./cuda/
