@@ -12,6 +12,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "../sinfcuda.h"
 
 // SINF_LAUNCH(grid, block, shared bytes, stream, kernel)(args...) launches
@@ -159,35 +161,42 @@ static inline bool aligned16(sinf_dptr p) { return (p & 15) == 0; }
 //         (k ≥ 2 the high one) and bits 2k of qh[32h + l], h = i/128,
 //         k = i%128/32, l = i%32.
 struct q8_0_t {
+	static constexpr int elems = 32;
 	uint16_t d;
 	int8_t qs[32];
 };
 struct q4_0_t {
+	static constexpr int elems = 32;
 	uint16_t d;
 	uint8_t qs[16];
 };
 struct q5_0_t {
+	static constexpr int elems = 32;
 	uint16_t d;
 	uint8_t qh[4];
 	uint8_t qs[16];
 };
 struct q5_1_t {
+	static constexpr int elems = 32;
 	uint16_t d, m;
 	uint8_t qh[4];
 	uint8_t qs[16];
 };
 struct q4_k_t {
+	static constexpr int elems = 256;
 	uint16_t d, dmin;
 	uint8_t sc[12];
 	uint8_t qs[128];
 };
 struct q5_k_t {
+	static constexpr int elems = 256;
 	uint16_t d, dmin;
 	uint8_t sc[12];
 	uint8_t qh[32];
 	uint8_t qs[128];
 };
 struct q6_k_t {
+	static constexpr int elems = 256;
 	uint8_t ql[128];
 	uint8_t qh[64];
 	int8_t sc[16];
@@ -197,30 +206,13 @@ static_assert(sizeof(q8_0_t) == 34 && sizeof(q4_0_t) == 18 && sizeof(q5_0_t) == 
                   sizeof(q4_k_t) == 144 && sizeof(q5_k_t) == 176 && sizeof(q6_k_t) == 210,
               "GGML block sizes");
 
-// BlockElems<T>::n: the elements of one block (0: T is not a block dtype).
-template <typename T> struct BlockElems {
+// BlockElems<T>::n: the elements of one block (T::elems; 0: T is not a
+// block dtype).
+template <typename T, typename = void> struct BlockElems {
 	static constexpr int n = 0;
 };
-template <> struct BlockElems<q8_0_t> {
-	static constexpr int n = 32;
-};
-template <> struct BlockElems<q4_0_t> {
-	static constexpr int n = 32;
-};
-template <> struct BlockElems<q5_0_t> {
-	static constexpr int n = 32;
-};
-template <> struct BlockElems<q5_1_t> {
-	static constexpr int n = 32;
-};
-template <> struct BlockElems<q4_k_t> {
-	static constexpr int n = 256;
-};
-template <> struct BlockElems<q5_k_t> {
-	static constexpr int n = 256;
-};
-template <> struct BlockElems<q6_k_t> {
-	static constexpr int n = 256;
+template <typename T> struct BlockElems<T, std::void_t<decltype(T::elems)>> {
+	static constexpr int n = T::elems;
 };
 template <typename T> struct IsBlock {
 	static constexpr bool v = BlockElems<T>::n > 0;
