@@ -419,3 +419,56 @@ func TestOneWriterPerPath(t *testing.T) {
 	require.Len(t, entries, 1)
 	require.Equal(t, "x.sinf", entries[0].Name())
 }
+
+// TestEvalFile: sinf eval --file scores a text file of the user's own. Its
+// perplexity over a file holding one TinyStories paragraph equals the
+// built-in task's over that paragraph (--offset to it, one window that fits
+// in it): the same tokens, through the file path instead of the dataset's.
+// Bad input is refused naming the flag or the file.
+func TestEvalFile(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "tinystories-656k")
+	data := filepath.Join("..", "..", "testdata", "data")
+	_, ex, err := dataset.LoadSelection("tinystories", data, dataset.Selection{Split: dataset.SplitAll})
+	require.NoError(t, err)
+	k := 0
+	for i, e := range ex {
+		if len(e.Text) > len(ex[k].Text) {
+			k = i
+		}
+	}
+	file := filepath.Join(t.TempDir(), "story.txt")
+	require.NoError(t, os.WriteFile(file, []byte(ex[k].Text), 0o644))
+	perplexity := func(args ...string) float64 {
+		out, err := run(t, append([]string{"eval", "--quiet", "--json", "--model", model, "--window", "48", "--limit", "1"}, args...)...)
+		require.NoError(t, err)
+		var rep struct {
+			Task    string             `json:"task"`
+			Metrics map[string]float64 `json:"metrics"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &rep))
+		return rep.Metrics["perplexity"]
+	}
+	got := perplexity("--file", file)
+	want := perplexity("--task", "tinystories", "--data-dir", data, "--split", "all", "--offset", strconv.Itoa(k))
+	require.Equal(t, want, got)
+	require.Greater(t, got, 1.0)
+	require.Less(t, got, 2048.0) // below the vocabulary: better than uniform
+
+	_, err = run(t, "eval", "--model", model)
+	require.EqualError(t, err, "give one of --task (a built-in task) and --file (a text file's perplexity)")
+	_, err = run(t, "eval", "--model", model, "--task", "tinystories", "--file", file)
+	require.EqualError(t, err, "give one of --task (a built-in task) and --file (a text file's perplexity)")
+	_, err = run(t, "eval", "--model", model, "--file", file, "--offset", "2")
+	require.EqualError(t, err, "--offset: not with --file (one text, scored by perplexity)")
+	missing := filepath.Join(t.TempDir(), "nosuch.txt")
+	_, err = run(t, "eval", "--model", model, "--file", missing)
+	require.EqualError(t, err, "--file: open "+missing+": no such file or directory")
+	bad := filepath.Join(t.TempDir(), "bad.txt")
+	require.NoError(t, os.WriteFile(bad, []byte("Once \xff upon"), 0o644))
+	_, err = run(t, "eval", "--quiet", "--model", model, "--file", bad)
+	require.EqualError(t, err, bad+": not UTF-8 text")
+	short := filepath.Join(t.TempDir(), "short.txt")
+	require.NoError(t, os.WriteFile(short, []byte("Once upon a time"), 0o644))
+	_, err = run(t, "eval", "--quiet", "--model", model, "--file", short, "--window", "48")
+	require.ErrorContains(t, err, "task "+short+": the text is ")
+}

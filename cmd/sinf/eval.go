@@ -21,13 +21,14 @@ import (
 func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "eval",
-		Usage: "score a .sinf file or an HF folder on a built-in task (EM/F1, accuracy, BLEU, ROUGE, perplexity)",
-		UsageText: "sinf eval --model FILE.sinf|DIR --task NAME [--mode selectinfer|dense|coreinfer|gatefirst|oracle] [--phi F] [--alpha A]\n" +
+		Usage: "score a .sinf file or an HF folder on a built-in task (EM/F1, accuracy, BLEU, ROUGE, perplexity), or its perplexity over a text file of your own",
+		UsageText: "sinf eval --model FILE.sinf|DIR --task NAME|--file TEXT [--mode selectinfer|dense|coreinfer|gatefirst|oracle] [--phi F] [--alpha A]\n" +
 			"   [--limit N] [--split profile|eval|all] [--offset N] [--mass] [--data-dir DIR] [--threads N] [--context N] [--max-new-tokens N] [--window W] [--stride S] [--json]",
 		Flags: append(append(runcmd.SparsityFlags(), splitFlags(dataset.SplitEval)...), []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
 			strictFlag(),
-			&cli.StringFlag{Name: "task", Required: true, Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
+			&cli.StringFlag{Name: "task", Usage: "built-in task: " + strings.Join(dataset.Names(), ", ")},
+			&cli.StringFlag{Name: "file", Usage: "instead of --task: the perplexity over this UTF-8 text file (all of it encoded at once, then --window/--stride windows, as llama-perplexity -f)"},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate the first N examples (perplexity: N windows; 0: all)"},
 			dataDirFlag(),
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage},
@@ -48,9 +49,26 @@ func evalCommand() *cli.Command {
 			if err := runcmd.CheckThreads(c); err != nil {
 				return err
 			}
-			task, dir := c.String("task"), dataDir(c)
-			if err := checkTaskData(task, dir); err != nil {
-				return err
+			task, file, dir := c.String("task"), c.String("file"), dataDir(c)
+			var text []byte
+			switch {
+			case (task == "") == (file == ""):
+				return fmt.Errorf("give one of --task (a built-in task) and --file (a text file's perplexity)")
+			case file != "":
+				for _, f := range []string{"split", "offset", "max-new-tokens"} {
+					if c.IsSet(f) {
+						return fmt.Errorf("--%s: not with --file (one text, scored by perplexity)", f)
+					}
+				}
+				var err error
+				if text, err = os.ReadFile(file); err != nil {
+					return fmt.Errorf("--file: %w", err)
+				}
+				task = file
+			default:
+				if err := checkTaskData(task, dir); err != nil {
+					return err
+				}
 			}
 			l, err := openModel(c.String("model"), false, c.Bool("strict"), c.App.ErrWriter)
 			if err != nil {
@@ -64,9 +82,11 @@ func evalCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			sel, err := selection(c, task, dataset.SplitEval)
-			if err != nil {
-				return err
+			var sel dataset.Selection
+			if file == "" {
+				if sel, err = selection(c, task, dataset.SplitEval); err != nil {
+					return err
+				}
 			}
 			opt := eval.Options{DataDir: dir, Limit: c.Int("limit"), Split: sel.Split, Offset: sel.Offset, Sparsity: sp,
 				MaxNewTokens: c.Int("max-new-tokens"), Threads: c.Int("threads"), Context: c.Int("context"),
@@ -82,7 +102,12 @@ func evalCommand() *cli.Command {
 					bar.Set(done)
 				}
 			}
-			res, err := eval.Evaluate(l.Model, l.Tok, task, opt)
+			var res *eval.Result
+			if file != "" {
+				res, err = eval.EvaluateText(l.Model, l.Tok, file, string(text), opt)
+			} else {
+				res, err = eval.Evaluate(l.Model, l.Tok, task, opt)
+			}
 			if bar != nil {
 				bar.Finish()
 			}
@@ -104,7 +129,11 @@ func evalCommand() *cli.Command {
 			if m := rep.Mass; m != nil {
 				writeMass(c.App.Writer, m)
 			}
-			fmt.Fprintf(c.App.ErrWriter, "[%s] %s: %d examples, %.1f s, peak RSS %s\n", sp.Mode, task, res.N, res.Seconds, human(res.PeakRSS))
+			unit := "examples"
+			if res.Kind == dataset.KindPerplexity {
+				unit = "windows"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "[%s] %s: %d %s, %.1f s, peak RSS %s\n", sp.Mode, task, res.N, unit, res.Seconds, human(res.PeakRSS))
 			return nil
 		},
 	}

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/convert/metrics"
@@ -149,6 +150,29 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 	if err != nil {
 		return nil, err
 	}
+	return run(m, tok, t, examples, opt)
+}
+
+// EvaluateText is Evaluate's perplexity over one text of the user's own (the
+// contents of a file, as llama-perplexity -f reads it): the whole text is
+// encoded at once, without BOS, and cut into windows by the Perplexity
+// procedure below; name (the file's path) names the task in the result and
+// in errors. opt.DataDir, Split, Offset and MaxNewTokens do not apply.
+// Errors: text not valid UTF-8, shorter than one window, and Evaluate's.
+func EvaluateText(m *runtime.Model, tok *tokenizer.Tokenizer, name, text string, opt Options) (*Result, error) {
+	if !utf8.ValidString(text) {
+		return nil, fmt.Errorf("%s: not UTF-8 text", name)
+	}
+	if err := opt.Sparsity.Validate(m); err != nil {
+		return nil, err
+	}
+	t := dataset.Task{Name: name, Kind: dataset.KindPerplexity}
+	return run(m, tok, t, []dataset.Example{{ID: "0", Prompt: text, Text: text}}, opt)
+}
+
+// run scores examples of task t.
+func run(m *runtime.Model, tok *tokenizer.Tokenizer, t dataset.Task, examples []dataset.Example, opt Options) (*Result, error) {
+	var err error
 	pool := kernels.NewPool(opt.Threads)
 	defer pool.Close()
 	if opt.Mass && opt.Sparsity.Mode == runtime.Dense {
