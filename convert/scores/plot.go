@@ -67,26 +67,22 @@ func (r *Report) WritePlot(path string) error {
 	// clear of the edges (the bars' width is in points, not data units).
 	bars.X.Min, bars.X.Max = -0.5, float64(len(means))-0.5
 
-	// Heat map with its colour bar.
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, c := range columns {
-		for _, v := range c {
-			lo, hi = math.Min(lo, v), math.Max(hi, v)
-		}
-	}
-	if hi-lo < 1e-6 {
-		lo = math.Max(0, hi-0.05)
-		hi = lo + 0.05
-	}
-	cm := moreland.ExtendedBlackBody()
-	cm.SetMin(lo)
-	cm.SetMax(hi)
+	// Heat map with its colour bar, and each cell's value written in it
+	// when the cells are large enough to hold one.
+	cm, lo, hi := heatScale(columns)
 	heat := plot.New()
 	heat.Title.Text = "Per-layer overlap"
 	heat.Y.Label.Text = "layer"
 	hm := plotter.NewHeatMap(heatGrid(columns), cm.Palette(255))
-	hm.Min, hm.Max = lo, hi
+	hm.Min, hm.Max = cm.Min(), cm.Max()
 	heat.Add(hm)
+	if layers <= maxValueRows && len(columns) <= maxValueColumns {
+		labels, err := cellLabels(columns, cm, layers)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		heat.Add(labels)
+	}
 	heat.NominalX(names...)
 	heat.Y.Min, heat.Y.Max = -0.5, float64(layers)-0.5
 	heat.X.Min, heat.X.Max = -0.5, float64(len(columns))-0.5
@@ -137,6 +133,73 @@ func (r *Report) WritePlot(path string) error {
 		_, err := canvas.WriteTo(out)
 		return err
 	})
+}
+
+// The heat map writes each cell's value in it up to this many layers and
+// columns (above, the cells are too small to read one).
+const (
+	maxValueRows    = 40
+	maxValueColumns = 16
+)
+
+// heatScale returns the heat map's colour map and the range of the values
+// [lo, hi] (widened to 0.05 when they are all equal). The map is the
+// extended black-body one (black, blue, red, yellow, white), ranged so that
+// hi falls on yellow: at full range the highest cell was drawn near-white, as
+// if it were empty.
+func heatScale(columns [][]float64) (cm palette.ColorMap, lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, c := range columns {
+		for _, v := range c {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+	}
+	if hi-lo < 1e-6 {
+		lo = math.Max(0, hi-0.05)
+		hi = lo + 0.05
+	}
+	cm = moreland.ExtendedBlackBody()
+	cm.SetMin(lo)
+	cm.SetMax(hi + (hi-lo)/heatHeadroom)
+	return cm, lo, hi
+}
+
+// heatHeadroom: the colour map runs (hi − lo)/heatHeadroom past hi, its
+// last fifth (yellow to white) left unused.
+const heatHeadroom = 4
+
+// cellLabels writes each cell's value (two decimals) at its centre, white on
+// the dark half of the colour map and black on the light half.
+func cellLabels(columns [][]float64, cm palette.ColorMap, layers int) (*plotter.Labels, error) {
+	var xys plotter.XYLabels
+	for c, col := range columns {
+		for r, v := range col {
+			xys.XYs = append(xys.XYs, plotter.XY{X: float64(c), Y: float64(r)})
+			xys.Labels = append(xys.Labels, strconv.FormatFloat(v, 'f', 2, 64))
+		}
+	}
+	l, err := plotter.NewLabels(xys)
+	if err != nil {
+		return nil, err
+	}
+	size := vg.Points(9)
+	if layers > 20 {
+		size = vg.Points(6)
+	}
+	i := 0
+	for _, col := range columns {
+		for _, v := range col {
+			st := &l.TextStyle[i]
+			st.Font.Size = size
+			st.XAlign, st.YAlign = draw.XCenter, draw.YCenter
+			st.Color = color.White
+			if (v-cm.Min())/(cm.Max()-cm.Min()) > 0.5 {
+				st.Color = color.Black
+			}
+			i++
+		}
+	}
+	return l, nil
 }
 
 // heatGrid is a heat map grid: columns[c][r] is the value at pair c, layer r.

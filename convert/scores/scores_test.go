@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -821,6 +822,11 @@ func TestPlotRenders(t *testing.T) {
 		for _, l := range c.not {
 			require.NotContains(t, string(data), ">"+l+"</text>", c.name)
 		}
+		if c.r == r3 { // each cell's value is written in it
+			for _, v := range append(slices.Clone(r3.PerLayer[0][1]), r3.AllPerLayer...) {
+				require.Contains(t, string(data), ">"+strconv.FormatFloat(v, 'f', 2, 64)+"</text>", c.name)
+			}
+		}
 		img, ok := rsvgtest.Render(t, svg)
 		if !ok {
 			continue
@@ -831,4 +837,24 @@ func TestPlotRenders(t *testing.T) {
 		require.True(t, rsvgtest.Blank(img, image.Rect(w-4, 0, w, h)), "%s: something touches the right edge", c.name)
 		require.True(t, rsvgtest.Blank(img, image.Rect(0, 0, 2, h)), "%s: something touches the left edge", c.name)
 	}
+}
+
+// TestHeatScale: the heat map's highest value is drawn in a colour, not the
+// near-white end of the black-body map (the cell looked empty), its lowest
+// near black, and equal values get a range of 0.05.
+func TestHeatScale(t *testing.T) {
+	cm, lo, hi := heatScale([][]float64{{0.31, 0.52}, {0.47, 0.66}})
+	require.Equal(t, 0.31, lo)
+	require.Equal(t, 0.66, hi)
+	top, err := cm.At(hi)
+	require.NoError(t, err)
+	r, g, b, _ := top.RGBA()
+	require.False(t, r > 0xdc00 && g > 0xdc00 && b > 0xdc00, "the highest cell is near-white: %v", top)
+	bottom, err := cm.At(lo)
+	require.NoError(t, err)
+	r, g, b, _ = bottom.RGBA()
+	require.Less(t, max(r, g, b), uint32(0x2000), "the lowest cell is not dark: %v", bottom)
+	_, lo, hi = heatScale([][]float64{{0.5, 0.5}})
+	require.InDelta(t, 0.45, lo, 1e-12)
+	require.InDelta(t, 0.5, hi, 1e-12)
 }
