@@ -561,7 +561,8 @@ func (s *Session) maskFor(f *MLP, active []int32) []bool {
 // summation moves it by a double's rounding only: the CUDA kernel, which sums
 // in another order, gets the same float32 scale, and so the same int8 blocks
 // when a Q8_0/Q4_0 product quantizes the output (a float32 sum differed in
-// its last bit, which flipped a block value and moved the logits by 1%).
+// its last bit, which flipped a block value and moved the emulated GPU's decode
+// logits by 1.8% of the largest on tinystories-656k Q8_0).
 // The scale is float64, rounded to float32 once.
 func RMSNorm(dst, x, w []float32, eps float64) {
 	var ss float64

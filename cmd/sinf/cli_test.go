@@ -442,7 +442,6 @@ func TestEvalFile(t *testing.T) {
 		out, err := run(t, append([]string{"eval", "--quiet", "--json", "--model", model, "--window", "48", "--limit", "1"}, args...)...)
 		require.NoError(t, err)
 		var rep struct {
-			Task    string             `json:"task"`
 			Metrics map[string]float64 `json:"metrics"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(out), &rep))

@@ -135,9 +135,6 @@ func Evaluate(m *runtime.Model, tok *tokenizer.Tokenizer, task string, opt Optio
 	if err != nil {
 		return nil, err
 	}
-	if err := opt.Sparsity.Validate(m); err != nil {
-		return nil, err
-	}
 	limit := opt.Limit
 	if t.Kind == dataset.KindPerplexity {
 		limit = 0 // Limit counts windows
@@ -163,15 +160,15 @@ func EvaluateText(m *runtime.Model, tok *tokenizer.Tokenizer, name, text string,
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("%s: not UTF-8 text", name)
 	}
-	if err := opt.Sparsity.Validate(m); err != nil {
-		return nil, err
-	}
 	t := dataset.Task{Name: name, Kind: dataset.KindPerplexity}
 	return run(m, tok, t, []dataset.Example{{ID: "0", Prompt: text, Text: text}}, opt)
 }
 
 // run scores examples of task t.
 func run(m *runtime.Model, tok *tokenizer.Tokenizer, t dataset.Task, examples []dataset.Example, opt Options) (*Result, error) {
+	if err := opt.Sparsity.Validate(m); err != nil {
+		return nil, err
+	}
 	var err error
 	pool := kernels.NewPool(opt.Threads)
 	defer pool.Close()

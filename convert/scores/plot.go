@@ -172,10 +172,12 @@ const heatHeadroom = 4
 // the dark half of the colour map and black on the light half.
 func cellLabels(columns [][]float64, cm palette.ColorMap, layers int) (*plotter.Labels, error) {
 	var xys plotter.XYLabels
+	var vals []float64
 	for c, col := range columns {
 		for r, v := range col {
 			xys.XYs = append(xys.XYs, plotter.XY{X: float64(c), Y: float64(r)})
 			xys.Labels = append(xys.Labels, strconv.FormatFloat(v, 'f', 2, 64))
+			vals = append(vals, v)
 		}
 	}
 	l, err := plotter.NewLabels(xys)
@@ -186,17 +188,13 @@ func cellLabels(columns [][]float64, cm palette.ColorMap, layers int) (*plotter.
 	if layers > 20 {
 		size = vg.Points(6)
 	}
-	i := 0
-	for _, col := range columns {
-		for _, v := range col {
-			st := &l.TextStyle[i]
-			st.Font.Size = size
-			st.XAlign, st.YAlign = draw.XCenter, draw.YCenter
-			st.Color = color.White
-			if (v-cm.Min())/(cm.Max()-cm.Min()) > 0.5 {
-				st.Color = color.Black
-			}
-			i++
+	for i, v := range vals {
+		st := &l.TextStyle[i]
+		st.Font.Size = size
+		st.XAlign, st.YAlign = draw.XCenter, draw.YCenter
+		st.Color = color.White
+		if (v-cm.Min())/(cm.Max()-cm.Min()) > 0.5 {
+			st.Color = color.Black
 		}
 	}
 	return l, nil

@@ -1,7 +1,7 @@
 // Decode kernels over weight rows: embedding lookup, dense and gathered
 // matrix-vector products, fused SwiGLU over gate/up rows, and the neuron-row
-// accumulation of the transposed down_proj. Over Q8_0/Q4_0 rows the products
-// first quantize x to int8 blocks of 32 (quantize_x_kernel, the CPU's
+// accumulation of the transposed down_proj. Over block rows (Q8_0 … Q6_K)
+// the products first quantize x to int8 blocks of 32 (quantize_x_kernel, the CPU's
 // quantizeX) and multiply in integers with __dp4a, one weight block per lane
 // (the CPU's qdotRows and kquant.go's block dots); the accumulation
 // dequantizes each weight in registers (wat).
@@ -246,21 +246,32 @@ __device__ __forceinline__ float qdot_block(const q6_k_t &b, const int *__restri
 	return __fmul_rn(block_scale(b.d), s);
 }
 
-// matvec_q_kernel: matvec_kernel over rows of nb blocks, x quantized (the
-// x blocks of weight block b start at x block b·E/32). A lane takes whole
-// weight blocks.
+// QuantX is x quantized by quantize_x: q its int8 blocks as words (8 per
+// block), d their scales, s their (8·Σq)·d.
+struct QuantX {
+	const int *q;
+	const float *d, *s;
+};
+
+// qdot is qdot_block of weight block b of a row (its x blocks start at
+// b·E/32).
+template <typename T> __device__ __forceinline__ float qdot(const T *row, int b, QuantX x) {
+	constexpr int X = BlockElems<T>::n / 32; // x blocks per weight block
+	return qdot_block(row[b], x.q + 8 * X * b, x.d + X * b, x.s + X * b);
+}
+
+// matvec_q_kernel: matvec_kernel over rows of nb blocks, x quantized. A lane
+// takes whole weight blocks.
 template <typename T>
 __global__ void matvec_q_kernel(float *__restrict__ dst, const T *__restrict__ w, int nb, const int32_t *__restrict__ rows,
-                                int n, const int *__restrict__ xq, const float *__restrict__ xd,
-                                const float *__restrict__ xs, const float *__restrict__ bias, int accumulate) {
-	constexpr int X = BlockElems<T>::n / 32; // x blocks per weight block
+                                int n, QuantX x, const float *__restrict__ bias, int accumulate) {
 	const int j = blockIdx.x * kMatvecWarps + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (j >= n) return;
 	const int r = rows ? rows[j] : j;
 	const T *wr = w + (size_t)r * nb;
 	float s = 0.f;
-	for (int b = lane; b < nb; b += 32) s += qdot_block(wr[b], xq + 8 * X * b, xd + X * b, xs + X * b);
+	for (int b = lane; b < nb; b += 32) s += qdot(wr, b, x);
 	s = warp_sum(s);
 	if (lane == 0) {
 		if (bias) s += bias[r];
@@ -271,9 +282,7 @@ __global__ void matvec_q_kernel(float *__restrict__ dst, const T *__restrict__ w
 // gate_up_q_kernel: gate_up_kernel over rows of nb blocks, x quantized.
 template <typename T>
 __global__ void gate_up_q_kernel(float *__restrict__ dst, const T *__restrict__ g, const T *__restrict__ u, int nb,
-                                 const int32_t *__restrict__ rows, int n, const int *__restrict__ xq,
-                                 const float *__restrict__ xd, const float *__restrict__ xs) {
-	constexpr int X = BlockElems<T>::n / 32;
+                                 const int32_t *__restrict__ rows, int n, QuantX x) {
 	const int j = blockIdx.x * kMatvecWarps + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (j >= n) return;
@@ -281,8 +290,8 @@ __global__ void gate_up_q_kernel(float *__restrict__ dst, const T *__restrict__ 
 	const T *gr = g + (size_t)r * nb, *ur = u + (size_t)r * nb;
 	float sg = 0.f, su = 0.f;
 	for (int b = lane; b < nb; b += 32) {
-		sg += qdot_block(gr[b], xq + 8 * X * b, xd + X * b, xs + X * b);
-		su += qdot_block(ur[b], xq + 8 * X * b, xd + X * b, xs + X * b);
+		sg += qdot(gr, b, x);
+		su += qdot(ur, b, x);
 	}
 	sg = warp_sum(sg);
 	su = warp_sum(su);
@@ -345,12 +354,12 @@ template <typename T> bool vec_ok(sinf_mat w, sinf_dptr x) {
 		return aligned16(w.data) && ((size_t)w.cols * sizeof(T)) % 16 == 0 && (x == 0 || aligned16(x));
 }
 
-// quantize_x quantizes x (cols floats, cols a multiple of 32) into the
-// context's scratch for the products over block rows: xq the int8 blocks
-// (4-byte aligned, read as words), xd their scales, xs their (8·Σq)·d.
-int quantize_x(sinf_ctx *c, sinf_dptr x, int cols, const int **xq, const float **xd, const float **xs) {
-	if (cols % 32 != 0) return SINF_EINVAL;
-	const int nb = cols / 32;
+// quantize_x quantizes x (w.cols floats) into the context's scratch for a
+// product over w's block rows; SINF_EINVAL when a row of w is not whole
+// blocks.
+int quantize_x(sinf_ctx *c, sinf_mat w, sinf_dptr x, QuantX *out) {
+	if (!rows_ok(w.dtype, w.cols)) return SINF_EINVAL;
+	const int nb = w.cols / 32;
 	void *buf = nullptr;
 	cudaError_t e = sinf_scratch(c, (size_t)nb * (32 + 2 * sizeof(float)), &buf);
 	if (e != cudaSuccess) return sinf_rc(e);
@@ -358,9 +367,7 @@ int quantize_x(sinf_ctx *c, sinf_dptr x, int cols, const int **xq, const float *
 	float *d = reinterpret_cast<float *>(q + (size_t)nb * 32);
 	SINF_LAUNCH((nb + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, quantize_x_kernel)(
 	    q, d, d + nb, (const float *)dp(x), nb);
-	*xq = reinterpret_cast<const int *>(q);
-	*xd = d;
-	*xs = d + nb;
+	*out = QuantX{reinterpret_cast<const int *>(q), d, d + nb};
 	return sinf_launch_rc();
 }
 
@@ -382,13 +389,11 @@ extern "C" int sinf_matvec(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr row
 	if (n <= 0) return 0;
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
 	if (is_block(w.dtype)) {
-		const int *xq;
-		const float *xd, *xs;
-		if (!rows_ok(w.dtype, w.cols)) return SINF_EINVAL;
-		if (int rc = quantize_x(c, x, w.cols, &xq, &xd, &xs)) return rc;
+		QuantX xq;
+		if (int rc = quantize_x(c, w, x, &xq)) return rc;
 		SINF_DISPATCH_BLOCK(w.dtype, SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, matvec_q_kernel<W>)(
 		                                 (float *)dp(dst), (const W *)dp(w.data), w.cols / BlockElems<W>::n,
-		                                 (const int32_t *)dp(rows), n, xq, xd, xs, (const float *)dp(bias), accumulate));
+		                                 (const int32_t *)dp(rows), n, xq, (const float *)dp(bias), accumulate));
 		return sinf_launch_rc();
 	}
 	SINF_DISPATCH(w.dtype, {
@@ -410,13 +415,11 @@ extern "C" int sinf_gate_up(sinf_ctx *c, sinf_dptr dst, sinf_mat g, sinf_mat u, 
 	if (g.dtype != u.dtype || g.cols != u.cols) return SINF_EINVAL;
 	const int blocks = (n + kMatvecWarps - 1) / kMatvecWarps;
 	if (is_block(g.dtype)) {
-		const int *xq;
-		const float *xd, *xs;
-		if (!rows_ok(g.dtype, g.cols)) return SINF_EINVAL;
-		if (int rc = quantize_x(c, x, g.cols, &xq, &xd, &xs)) return rc;
+		QuantX xq;
+		if (int rc = quantize_x(c, g, x, &xq)) return rc;
 		SINF_DISPATCH_BLOCK(g.dtype, SINF_LAUNCH(blocks, 32 * kMatvecWarps, 0, c->stream, gate_up_q_kernel<W>)(
 		                                 (float *)dp(dst), (const W *)dp(g.data), (const W *)dp(u.data),
-		                                 g.cols / BlockElems<W>::n, (const int32_t *)dp(rows), n, xq, xd, xs));
+		                                 g.cols / BlockElems<W>::n, (const int32_t *)dp(rows), n, xq));
 		return sinf_launch_rc();
 	}
 	SINF_DISPATCH(g.dtype, {

@@ -113,9 +113,6 @@ func (p *Pool) readTimes(caller int64) bool {
 // and waited waited ns in all (sums over readings).
 func (p *Pool) observe(t time.Duration, ran, waited int64) {
 	if p.winStart != 0 {
-		if p.probeAfter == 0 {
-			p.probeAfter = adaptProbe
-		}
 		if p.probeAge > 0 {
 			p.probeAge++
 		}

@@ -68,9 +68,8 @@ type Pool struct {
 	tids []atomic.Int64
 	// adapt's state (caller only): the threads woken for a call, the
 	// current window's start, quiet windows in a row (-1: the last window
-	// was not quiet), the quiet windows the next probe waits for (0:
-	// adaptProbe) and the windows since the last probe, plus one (0: no probe
-	// on trial), the last reading of each thread ([0]: the caller's),
+	// was not quiet), the quiet windows the next probe waits for and the
+	// windows since the last probe, plus one (0: no probe on trial), the last reading of each thread ([0]: the caller's),
 	// the growth of their times on a CPU and run delays summed over
 	// readings, and those sums at winStart, ns.
 	active            int
@@ -178,7 +177,7 @@ func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = DefaultThreads()
 	}
-	p := &Pool{workers: n, active: n, parked: make([]atomic.Bool, n-1), wake: make([]chan struct{}, n-1),
+	p := &Pool{workers: n, active: n, probeAfter: adaptProbe, parked: make([]atomic.Bool, n-1), wake: make([]chan struct{}, n-1),
 		finished: make(chan struct{}, 1), scratch: make([]*scratch, n), tids: make([]atomic.Int64, n-1),
 		last: make([]threadTimes, n)}
 	for i := range p.scratch {

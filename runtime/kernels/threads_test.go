@@ -57,7 +57,7 @@ func TestPhysicalCores(t *testing.T) {
 // doubles the quiet windows before the next (up to maxProbe), one that holds
 // resets them. A window whose threads were hardly runnable is no evidence.
 func TestAdapt(t *testing.T) {
-	p := &Pool{workers: 3, active: 3}
+	p := &Pool{workers: 3, active: 3, probeAfter: adaptProbe}
 	var clock time.Duration
 	var ran, waited int64
 	window := func(waiting float64) int {
