@@ -290,30 +290,10 @@ template <typename T> __device__ __forceinline__ float wat(const T *W, size_t r,
 		return load1(W + r * ld + c);
 }
 
-// block_elems returns the elements of one block of a dtype code: 32, 256 for
-// the K-quants, 0 for the float dtypes (and unknown codes).
-static inline int block_elems(int dtype) {
-	switch (dtype) {
-	case SINF_Q8_0:
-	case SINF_Q4_0:
-	case SINF_Q5_0:
-	case SINF_Q5_1:
-		return 32;
-	case SINF_Q4_K:
-	case SINF_Q5_K:
-	case SINF_Q6_K:
-		return 256;
-	default:
-		return 0;
-	}
-}
-static inline bool is_block(int dtype) { return block_elems(dtype) > 0; }
-// rows_ok: a row of cols elements is whole blocks of dtype.
-static inline bool rows_ok(int dtype, int cols) { return !is_block(dtype) || cols % block_elems(dtype) == 0; }
-
 // Dispatch a templated launcher over a weight dtype (W: its element type);
-// SINF_DISPATCH takes the float dtypes, SINF_DISPATCH_ALL the block ones too;
-// both return SINF_EINVAL for a dtype they do not take.
+// SINF_DISPATCH takes the float dtypes, SINF_DISPATCH_BLOCK the block ones,
+// SINF_DISPATCH_ALL both; each returns SINF_EINVAL for a dtype it does not
+// take.
 #define SINF_CASE(code, type, ...)                                                                                     \
 	case code: {                                                                                                   \
 		using W = type;                                                                                              \
@@ -324,12 +304,6 @@ static inline bool rows_ok(int dtype, int cols) { return !is_block(dtype) || col
 	SINF_CASE(SINF_F32, float, __VA_ARGS__)                                                                        \
 	SINF_CASE(SINF_F16, __half, __VA_ARGS__)                                                                       \
 	SINF_CASE(SINF_BF16, bf16_t, __VA_ARGS__)
-#define SINF_DISPATCH(dtype, ...)                                                                                      \
-	switch (dtype) {                                                                                               \
-		SINF_FLOAT_CASES(__VA_ARGS__)                                                                              \
-	default:                                                                                                       \
-		return SINF_EINVAL;                                                                                          \
-	}
 #define SINF_BLOCK_CASES(...)                                                                                          \
 	SINF_CASE(SINF_Q8_0, q8_0_t, __VA_ARGS__)                                                                      \
 	SINF_CASE(SINF_Q4_0, q4_0_t, __VA_ARGS__)                                                                      \
@@ -338,16 +312,27 @@ static inline bool rows_ok(int dtype, int cols) { return !is_block(dtype) || col
 	SINF_CASE(SINF_Q4_K, q4_k_t, __VA_ARGS__)                                                                      \
 	SINF_CASE(SINF_Q5_K, q5_k_t, __VA_ARGS__)                                                                      \
 	SINF_CASE(SINF_Q6_K, q6_k_t, __VA_ARGS__)
-#define SINF_DISPATCH_BLOCK(dtype, ...)                                                                                \
+// SINF_SWITCH(dtype, cases...) runs the case of dtype, or returns
+// SINF_EINVAL.
+#define SINF_SWITCH(dtype, ...)                                                                                        \
 	switch (dtype) {                                                                                               \
-		SINF_BLOCK_CASES(__VA_ARGS__)                                                                              \
+		__VA_ARGS__                                                                                                \
 	default:                                                                                                       \
 		return SINF_EINVAL;                                                                                          \
 	}
-#define SINF_DISPATCH_ALL(dtype, ...)                                                                                  \
-	switch (dtype) {                                                                                               \
-		SINF_FLOAT_CASES(__VA_ARGS__)                                                                              \
-		SINF_BLOCK_CASES(__VA_ARGS__)                                                                              \
-	default:                                                                                                       \
-		return SINF_EINVAL;                                                                                          \
+#define SINF_DISPATCH(dtype, ...) SINF_SWITCH(dtype, SINF_FLOAT_CASES(__VA_ARGS__))
+#define SINF_DISPATCH_BLOCK(dtype, ...) SINF_SWITCH(dtype, SINF_BLOCK_CASES(__VA_ARGS__))
+#define SINF_DISPATCH_ALL(dtype, ...) SINF_SWITCH(dtype, SINF_FLOAT_CASES(__VA_ARGS__) SINF_BLOCK_CASES(__VA_ARGS__))
+
+// block_elems returns the elements of one block of a dtype code: 32, 256 for
+// the K-quants, 0 for the float dtypes (and unknown codes).
+static inline int block_elems(int dtype) {
+	switch (dtype) {
+		SINF_BLOCK_CASES(return BlockElems<W>::n)
+	default:
+		return 0;
 	}
+}
+static inline bool is_block(int dtype) { return block_elems(dtype) > 0; }
+// rows_ok: a row of cols elements is whole blocks of dtype.
+static inline bool rows_ok(int dtype, int cols) { return !is_block(dtype) || cols % block_elems(dtype) == 0; }
