@@ -40,9 +40,6 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 	group := a.Heads / a.KVHeads
 	nb := hd / ks.blk * ks.blk
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	if need := a.Pos + a.T; cap(s.att) < need {
-		s.att = make([]float32, need)
-	}
 	for u := lo; u < hi; u++ {
 		t, h := balancedToken(u/a.Heads, a.T), u%a.Heads
 		n := a.Pos + t + 1

@@ -578,6 +578,17 @@ func TestNoAllocs(t *testing.T) {
 					"MatMul":      func() { MatMul(p, dT, m.Mat, xT, 5) },
 					"MatMulRowsT": func() { MatMulRowsT(p, dTT, m.Mat, aT, 7) },
 				}
+				if dt == format.F32 {
+					// decode steps: each one position further into a
+					// 128-position cache, as forward.go calls it
+					a := AttnShape{Heads: 8, KVHeads: 2, HeadDim: 16, T: 1}
+					kc, vc := randVec(rng, 128*32), randVec(rng, 128*32)
+					q, out := randVec(rng, 8*16), make([]float32, 8*16)
+					cases["Attention"] = func() {
+						a.Pos = (a.Pos + 1) % 127
+						Attention(p, out, q, kc, vc, a)
+					}
+				}
 				for name, f := range cases {
 					f() // warm up (MatMulRowsT sizes its scratch once)
 					runs := 50

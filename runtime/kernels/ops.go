@@ -196,6 +196,39 @@ func (j *job) alignRequired() bool {
 	return j.w.DType.Quantized() && (j.op == opAddRows || j.op == opMatMulT)
 }
 
+// scratchNeed returns the float32s of worker scratch that any chunk of the
+// job uses: pack and qw for MatMulRowsT (matMulTRange), qw for MatMul on
+// block-quantized rows (qmatMulRange), att for Attention (the cache's length). They depend on the
+// job's shape only, not on the chunk, so the pool sizes every worker's
+// scratch once per shape before the call (Pool.reserve) and a worker that
+// joins late, or first takes the short last chunk, allocates nothing.
+func (j *job) scratchNeed() (need scratchSize) {
+	switch j.op {
+	case opAttention:
+		// the whole cache's positions, not this call's: a decode step
+		// is one position longer than the last
+		need.att = j.attn.Pos + j.attn.T
+		if kvd := j.attn.KVHeads * j.attn.HeadDim; kvd > 0 {
+			need.att = max(need.att, len(j.k)/kvd)
+		}
+	case opMatMul, opMatMulTok:
+		if j.w.DType.Quantized() && j.w.Cols > 0 {
+			need.qw = qmatMulBlock(j.ks, j.w.Cols) * j.w.Cols
+		}
+	case opMatMulT:
+		if j.t < j.ks.tt || j.w.Rows == 0 {
+			return need // accumulated straight from the weights
+		}
+		tt, tc, kc := j.ks.tt, j.ks.tc, min(j.w.Rows, gemmKC)
+		cb, np := matMulTBlock(j.ks, j.w, j.t)
+		need.pack = np*kc*tc + tt*kc + tt*np*tc + j.t/tt*tt*tc
+		if j.w.DType.Quantized() {
+			need.qw = cb
+		}
+	}
+	return need
+}
+
 // do runs chunk c, the part [lo, hi) of the job's parallel dimension.
 func (j *job) do(lo, hi int, s *scratch, c int) {
 	if lo >= hi {
@@ -562,6 +595,23 @@ func PackScratchBytes(threads, rows, cols int) int64 {
 	return int64(th) * min(int64(gemmPackBytes), int64(chunk)*int64(min(cols, gemmKC))*4)
 }
 
+// matMulTBlock returns the columns that matMulTRange takes at a time (cb)
+// and the panels that holds (npMax), whatever the chunk: a chunk narrower
+// than cb takes fewer, so the scratch sized from them (scratchNeed) serves
+// every chunk of the call.
+func matMulTBlock(ks *kernelSet, w Mat, T int) (cb, npMax int) {
+	tc, kc := ks.tc, min(w.Rows, gemmKC)
+	cb = max(tc, gemmPackBytes/(4*max(kc, 1))/tc*tc)
+	if w.DType.Quantized() {
+		a := tc // a whole number of panels and of blocks
+		for a%qBlockElems[qIndex(w.DType)] != 0 {
+			a += tc
+		}
+		cb = max(a, cb/a*a)
+	}
+	return cb, (cb + tc - 1) / tc
+}
+
 // matMulTRange computes dst[t, c] for columns c in [lo, hi) and every token t.
 // Tokens go tt at a time through the tt×tc micro-kernel; the last partial
 // group and the last partial panel of a block go through zero-padded scratch.
@@ -607,23 +657,9 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 	}
 	groups, rem := T/tt, T%tt
 	kc := min(K, gemmKC)
-	cb := min(hi-lo, max(tc, gemmPackBytes/(4*kc)/tc*tc))
-	if quant {
-		a := tc // a whole number of panels and of blocks
-		for a%be != 0 {
-			a += tc
-		}
-		cb = min(hi-lo, max(a, cb/a*a))
-		if len(s.qw) < cb {
-			s.qw = make([]float32, cb)
-		}
-	}
-	npMax := (cb + tc - 1) / tc
+	cbMax, npMax := matMulTBlock(ks, w, T)
+	cb := min(hi-lo, cbMax)
 	pstride := kc * tc // floats per panel
-	need := npMax*pstride + tt*kc + tt*npMax*tc + groups*tt*tc
-	if len(s.pack) < need {
-		s.pack = make([]float32, need)
-	}
 	buf := s.pack
 	pack, buf := buf[:npMax*pstride], buf[npMax*pstride:]
 	apad, buf := buf[:tt*kc], buf[tt*kc:]              // the last group's coefficients

@@ -62,6 +62,7 @@ type Pool struct {
 	testSched func(tid int64) (run, wait int64, ok bool)
 	parts     [][]float32 // AddRows' partial sums, one per chunk
 	scratch   []*scratch  // one per worker; [0] is the calling goroutine's
+	reserved  scratchSize // what every scratch holds at least (reserve)
 	stats     PoolStats
 	// tids[i] is worker i+1's OS thread id (it is locked to it), 0 until
 	// the worker has started.
@@ -102,6 +103,34 @@ type scratch struct {
 	xq   []int8    // the caller's: MatVec's x as int8 blocks (block-quantized weights)
 	xd   []float32 // and their scales
 	qw   []float32 // block-quantized weights dequantized for MatMul and MatMulRowsT
+}
+
+// scratchSize is the float32s of each scratch buffer a call needs.
+type scratchSize struct{ pack, qw, att int }
+
+// reserve grows every worker's scratch to what any chunk of j needs, so that
+// no chunk allocates: workers the adaptive pool left asleep during earlier
+// calls of the same shape included. It costs three compares once the pool
+// has seen the shape.
+func (p *Pool) reserve(j *job) {
+	need := j.scratchNeed()
+	if need.pack <= p.reserved.pack && need.qw <= p.reserved.qw && need.att <= p.reserved.att {
+		return
+	}
+	p.reserved = scratchSize{max(need.pack, p.reserved.pack), max(need.qw, p.reserved.qw), max(need.att, p.reserved.att)}
+	for _, s := range p.scratch {
+		s.pack = grow(s.pack, p.reserved.pack)
+		s.qw = grow(s.qw, p.reserved.qw)
+		s.att = grow(s.att, p.reserved.att)
+	}
+}
+
+// grow returns b, or a new buffer of n elements where b is shorter.
+func grow(b []float32, n int) []float32 {
+	if len(b) < n {
+		return make([]float32, n)
+	}
+	return b
 }
 
 // minChunk is the smallest range worth handing to another worker.
@@ -335,6 +364,7 @@ func (p *Pool) run(j job, n int) (parts int) {
 		panic("kernels: Pool used after Close")
 	}
 	chunk, total := p.split(&j, n)
+	p.reserve(&j)
 	if j.op == opAddRowsPart {
 		p.partialSums(total, j.w.Cols)
 		j.parts = p.parts

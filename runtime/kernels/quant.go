@@ -171,6 +171,12 @@ func qaxpy4Q4_0Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a
 // qmatMulRange is matMulRange for block-quantized rows: blocks of rows are
 // dequantized to float32 (about gemmBlockBytes of them) and go through the
 // float32 micro-kernel, so each weight is decoded once per call.
+// qmatMulBlock returns the rows that qmatMulRange dequantizes at a time for
+// rows of C columns (C > 0).
+func qmatMulBlock(ks *kernelSet, C int) int {
+	return max(ks.gr, gemmBlockBytes/(4*C)/ks.gr*ks.gr)
+}
+
 func qmatMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch) {
 	C, R, rb := w.Cols, w.Rows, w.RowBytes()
 	if C == 0 {
@@ -179,10 +185,7 @@ func qmatMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi in
 		}
 		return
 	}
-	block := max(ks.gr, gemmBlockBytes/(4*C)/ks.gr*ks.gr)
-	if len(s.qw) < block*C {
-		s.qw = make([]float32, block*C)
-	}
+	block := qmatMulBlock(ks, C)
 	q := qIndex(w.DType)
 	for r0 := lo; r0 < hi; r0 += block {
 		r1 := min(r0+block, hi)
