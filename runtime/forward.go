@@ -44,6 +44,8 @@ type Session struct {
 	MaskedReference bool
 	mass            *MassMeter // see Mass
 	oracle          bool       // per-token rows by true |a| (Mode Oracle; set by Generate)
+	batch           *Batcher   // decode steps batched with other sessions' (Batcher.NewSession)
+	breq            batchReq   // this session's request to batch (reused)
 
 	buf buffers
 }
@@ -145,12 +147,13 @@ func (s *Session) GateWeights(layer int) []float32 { return s.gateW[layer] }
 // layer uses Active).
 func (s *Session) PerToken(layer int) int { return s.perToken[layer] }
 
-func (s *Session) ensure(T int) {
-	b := &s.buf
+func (s *Session) ensure(T int) { s.buf.ensure(s.m.Config, T) }
+
+// ensure gives the batch buffers room for T tokens of a model of config c.
+func (b *buffers) ensure(c Config, T int) {
 	if T <= b.T {
 		return
 	}
-	c := s.m.Config
 	b.T = T
 	b.x = make([]float32, T*c.Hidden)
 	b.xb = make([]float32, T*c.Hidden)

@@ -57,6 +57,9 @@ func MaxNewTokens(context, prompt, maxTokens int) int {
 // session must be empty (Pos() == 0). It is GenerateOn over the CPU's
 // forward pass.
 func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
+	if s.batch != nil {
+		return s.batch.generate(s, prompt, opt)
+	}
 	return GenerateOn(cpuDecoder{s}, prompt, opt)
 }
 
@@ -65,6 +68,9 @@ func (s *Session) Generate(prompt []int, opt GenerateOptions) (Result, error) {
 // CPU's forward pass). The session must be empty. Used for perplexity and
 // log-likelihood evaluation.
 func (s *Session) Score(prompt, cont []int, sp Sparsity) ([]float64, error) {
+	if s.batch != nil {
+		return s.batch.score(s, prompt, cont, sp)
+	}
 	return ScoreOn(cpuDecoder{s}, prompt, cont, sp)
 }
 

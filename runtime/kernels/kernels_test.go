@@ -571,12 +571,14 @@ func TestNoAllocs(t *testing.T) {
 				aT := randVec(rng, 7*256)
 				dTT := make([]float32, 7*C)
 				cases := map[string]func(){
-					"MatVec":      func() { MatVec(p, dst, m.Mat, x) },
-					"MatVecRows":  func() { MatVecRows(p, dst[:len(sel)], m.Mat, sel, x) },
-					"AddRows":     func() { AddRows(p, x, m.Mat, sel, a) },
-					"AddRowsAll":  func() { AddRows(p, x, m.Mat, nil, aAll) },
-					"MatMul":      func() { MatMul(p, dT, m.Mat, xT, 5) },
-					"MatMulRowsT": func() { MatMulRowsT(p, dTT, m.Mat, aT, 7) },
+					"MatVec":       func() { MatVec(p, dst, m.Mat, x) },
+					"MatVecRows":   func() { MatVecRows(p, dst[:len(sel)], m.Mat, sel, x) },
+					"AddRows":      func() { AddRows(p, x, m.Mat, sel, a) },
+					"AddRowsAll":   func() { AddRows(p, x, m.Mat, nil, aAll) },
+					"MatMul":       func() { MatMul(p, dT, m.Mat, xT, 5) },
+					"MatMulRowsT":  func() { MatMulRowsT(p, dTT, m.Mat, aT, 7) },
+					"MatVecBatch":  func() { MatVecBatch(p, dT[:3*256], m.Mat, xT[:3*C], 3) },
+					"AddRowsBatch": func() { AddRowsBatch(p, dTT[:3*C], m.Mat, aT[:3*256], 3) },
 				}
 				if dt == format.F32 {
 					// decode steps: each one position further into a

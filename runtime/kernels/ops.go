@@ -32,17 +32,22 @@ func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
 }
 
 // quantizeX gives a MatVec job on block-quantized weights its x quantized to
-// int8 blocks (quantizeX in quant.go), in the caller's scratch.
+// int8 blocks (quantizeX in quant.go), in the caller's scratch: for
+// MatVecBatch each of its j.t vectors, token t's at t·2n bytes and t·2(n/32)
+// scales.
 func (p *Pool) quantizeX(j *job) {
 	if !j.w.DType.Quantized() {
 		return
 	}
-	s, n := p.scratch[0], j.w.Cols
-	if len(s.xq) < 2*n {
-		s.xq, s.xd = make([]int8, 2*n), make([]float32, 2*(n/32)+1)
+	s, n, T := p.scratch[0], j.w.Cols, max(j.t, 1)
+	nq, nd := 2*n, 2*(n/32)
+	if len(s.xq) < T*nq {
+		s.xq, s.xd = make([]int8, T*nq), make([]float32, T*nd+1)
 	}
-	j.ks.quantizeX(&s.xq[0], &s.xd[0], &j.x[0], n/32)
-	j.xq, j.xd = s.xq[:2*n], s.xd[:2*(n/32)]
+	for t := range T {
+		j.ks.quantizeX(&s.xq[t*nq], &s.xd[t*nd], &j.x[t*n], n/32)
+	}
+	j.xq, j.xd = s.xq[:T*nq], s.xd[:T*nd]
 }
 
 // AddRows computes dst[c] += Σ_j a[j]·W[rows[j],c]: the neuron-row form of the
@@ -141,6 +146,9 @@ const (
 	opAttention
 	opSwiGLU
 	opMatMulTok
+	opMatVecBatch      // MatVecBatch: opMatVec's rows, t tokens (batch.go)
+	opAddRowsBatch     // AddRowsBatch: opAddRows' columns, t tokens
+	opAddRowsPartBatch // AddRowsBatch: opAddRowsPart's terms, t tokens
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
@@ -175,8 +183,8 @@ func (j *job) colAlign() int {
 		be = qBlockElems[qIndex(j.w.DType)]
 	}
 	switch j.op {
-	case opAddRows, opSwiGLU:
-		if q && j.op == opAddRows {
+	case opAddRows, opAddRowsBatch, opSwiGLU:
+		if q && j.op != opSwiGLU {
 			return be
 		}
 		return 16
@@ -193,7 +201,7 @@ func (j *job) colAlign() int {
 // alignRequired reports whether the job's ranges must keep to colAlign even
 // when that leaves workers idle: column splits of block-quantized weights.
 func (j *job) alignRequired() bool {
-	return j.w.DType.Quantized() && (j.op == opAddRows || j.op == opMatMulT)
+	return j.w.DType.Quantized() && (j.op == opAddRows || j.op == opAddRowsBatch || j.op == opMatMulT)
 }
 
 // scratchNeed returns the float32s of worker scratch that any chunk of the
@@ -240,33 +248,11 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 	case opMatVecRows:
 		matVecRange(j.ks, j.dst, j.w, j.rows, j.x, j.xq, j.xd, lo, hi)
 	case opAddRows: // [lo, hi) are columns
-		w := j.w
-		if w.DType.Quantized() {
-			qaccumRows(j.ks, qIndex(w.DType), j.dst[lo:hi], unsafe.Add(dataPtr(w), w.colBytes(lo)), w.RowBytes(), w.Rows, j.rows, j.x)
-			return
-		}
-		es := w.DType.Size()
-		accumRows(j.ks, dtIndex(w.DType), es, j.dst[lo:hi],
-			unsafe.Add(dataPtr(w), lo*es), w.RowBytes(), w.Rows, j.rows, j.x, true)
+		addRowsCols(j.ks, j.w, j.dst[lo:hi], j.rows, j.x, 0, len(j.x), lo)
 	case opAddRowsPart: // [lo, hi) are terms, summed into j.parts[c]
-		w := j.w
-		acc := j.parts[c][:w.Cols]
+		acc := j.parts[c][:j.w.Cols]
 		clear(acc)
-		if w.DType.Quantized() {
-			rb := w.RowBytes()
-			if j.rows == nil {
-				qaccumRows(j.ks, qIndex(w.DType), acc, unsafe.Add(dataPtr(w), lo*rb), rb, hi-lo, nil, j.x[lo:hi])
-			} else {
-				qaccumRows(j.ks, qIndex(w.DType), acc, dataPtr(w), rb, w.Rows, j.rows[lo:hi], j.x[lo:hi])
-			}
-			return
-		}
-		d, es, rb := dtIndex(w.DType), w.DType.Size(), w.RowBytes()
-		if j.rows == nil {
-			accumRows(j.ks, d, es, acc, unsafe.Add(dataPtr(w), lo*rb), rb, hi-lo, nil, j.x[lo:hi], true)
-		} else {
-			accumRows(j.ks, d, es, acc, dataPtr(w), rb, w.Rows, j.rows[lo:hi], j.x[lo:hi], true)
-		}
+		addRowsCols(j.ks, j.w, acc, j.rows, j.x, lo, hi, 0)
 	case opAttention:
 		attentionRange(j.ks, j, lo, hi, s)
 	case opSwiGLU:
@@ -279,6 +265,8 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 		matMulRange(j.ks, j.dst[t0*R:t1*R], j.w, j.x[t0*C:t1*C], t1-t0, 0, R, s)
 	case opMatMulT:
 		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
+	case opMatVecBatch, opAddRowsBatch, opAddRowsPartBatch:
+		j.batchDo(lo, hi, c)
 	case opRead:
 		readSink.Add(j.ks.readSum(unsafe.Add(dataPtr(j.w), lo*readUnit), (hi-lo)*readUnit))
 	}

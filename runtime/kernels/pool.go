@@ -365,9 +365,13 @@ func (p *Pool) run(j job, n int) (parts int) {
 	}
 	chunk, total := p.split(&j, n)
 	p.reserve(&j)
-	if j.op == opAddRowsPart {
+	switch j.op {
+	case opAddRowsPart:
 		p.partialSums(total, j.w.Cols)
 		j.parts = p.parts
+	case opAddRowsPartBatch:
+		p.partialSums(total*j.t, j.w.Cols)
+		j.parts = p.parts[:total*j.t]
 	}
 	if total <= 1 {
 		j.do(0, n, p.scratch[0], 0)

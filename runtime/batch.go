@@ -1,0 +1,338 @@
+package runtime
+
+import (
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+// Batcher runs the decode steps of several sessions of one model together
+// (continuous batching, as llama-server decodes its slots): the sessions
+// that are generating each hand it their next token, and one pass over the
+// weights computes all of them — the attention projections, the dense FFN
+// and the LM head with kernels.MatVecBatch / AddRowsBatch, which read each
+// block of weights once for the batch, and attention over each session's own
+// KV cache. Decode is memory-bound, so B tokens cost little more than one.
+// A layer whose rows a session picks for itself (SelectInfer's active set,
+// GateFirst's per-token rows, the masked references) runs that session's
+// own FFN. Every token's logits are bit for bit those of Session.Forward
+// (TestBatchedGenerate), so batching never changes a generation.
+//
+// The sessions share the Batcher's pool; their prefills run on it one at a
+// time between batched steps, and a request that arrives mid-generation
+// joins the next step (continuous admission). A step waits up to Wait for
+// the sessions inside Generate that have not yet handed in their token
+// (sampling, streaming), then runs with those it has.
+type Batcher struct {
+	m    *Model
+	pool *kernels.Pool
+	reqs chan *batchReq
+	done chan struct{}
+	live atomic.Int64 // sessions inside Generate or Score
+	once sync.Once
+	buf  buffers
+	// Wait is how long a step waits for the live sessions' tokens
+	// (default 2 ms); set it before the first session generates.
+	Wait time.Duration
+
+	steps, tokens atomic.Uint64
+}
+
+// batchReq is one session's request: a decode step of id, or (fn non-nil)
+// work that needs the pool to itself.
+type batchReq struct {
+	s   *Session
+	id  int
+	fn  func() error
+	err chan error
+}
+
+// NewBatcher starts a batcher for sessions of m computing on pool (which it
+// then owns: only the batcher and its sessions may use it). Close stops it.
+func NewBatcher(m *Model, pool *kernels.Pool) *Batcher {
+	b := &Batcher{m: m, pool: pool, reqs: make(chan *batchReq), done: make(chan struct{}), Wait: 2 * time.Millisecond}
+	go b.loop()
+	return b
+}
+
+// NewSession returns a session of the batcher's model whose Generate and
+// Score go through the batcher (ctx as Model.NewSession). Its Forward must
+// not be called while other sessions of the batcher generate.
+func (b *Batcher) NewSession(ctx int) *Session {
+	s := b.m.NewSession(b.pool, ctx)
+	s.batch = b
+	s.breq = batchReq{s: s, err: make(chan error, 1)}
+	return s
+}
+
+// Close stops the batcher once no session is using it.
+func (b *Batcher) Close() {
+	b.once.Do(func() { close(b.reqs) })
+	<-b.done
+}
+
+// BatchStats counts the batched decode steps and the tokens they computed:
+// tokens/steps is the mean batch.
+type BatchStats struct{ Steps, Tokens uint64 }
+
+// Stats returns the counts so far.
+func (b *Batcher) Stats() BatchStats { return BatchStats{b.steps.Load(), b.tokens.Load()} }
+
+// generate and score run Session.Generate and Score of a batched session.
+func (b *Batcher) generate(s *Session, prompt []int, opt GenerateOptions) (Result, error) {
+	b.live.Add(1)
+	defer b.live.Add(-1)
+	return GenerateOn(batchDecoder{cpuDecoder{s}}, prompt, opt)
+}
+
+func (b *Batcher) score(s *Session, prompt, cont []int, sp Sparsity) ([]float64, error) {
+	b.live.Add(1)
+	defer b.live.Add(-1)
+	return ScoreOn(batchDecoder{cpuDecoder{s}}, prompt, cont, sp)
+}
+
+// batchDecoder is a batched session as GenerateOn's Decoder: prefill on
+// the pool alone, decode steps batched.
+type batchDecoder struct{ cpuDecoder }
+
+func (d batchDecoder) Prefill(prompt []int, sp Sparsity) (computed []int, err error) {
+	err = d.s.submit(func() error {
+		computed, err = d.cpuDecoder.Prefill(prompt, sp)
+		return err
+	}, 0)
+	return computed, err
+}
+
+func (d batchDecoder) Decode(id int) error { return d.s.submit(nil, id) }
+
+// submit hands the session's request to its batcher and waits for it.
+func (s *Session) submit(fn func() error, id int) error {
+	r := &s.breq
+	r.fn, r.id = fn, id
+	s.batch.reqs <- r
+	return <-r.err
+}
+
+// loop collects requests into steps: the first one that arrives, then the
+// others of the live sessions for up to Wait; work that needs the pool alone
+// runs first, in arrival order, then the decode steps as one batch.
+func (b *Batcher) loop() {
+	defer close(b.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var pending, step []*batchReq
+	var ids []int
+	var sessions []*Session
+	for {
+		r, ok := <-b.reqs
+		if !ok {
+			return
+		}
+		pending = append(pending[:0], r)
+		if int64(len(pending)) < b.live.Load() {
+			timer.Reset(b.Wait)
+		gather:
+			for int64(len(pending)) < b.live.Load() {
+				select {
+				case r, ok := <-b.reqs:
+					if !ok {
+						break gather
+					}
+					pending = append(pending, r)
+				case <-timer.C:
+					break gather
+				}
+			}
+			timer.Stop()
+		}
+		step, ids, sessions = step[:0], ids[:0], sessions[:0]
+		for _, r := range pending {
+			if r.fn != nil {
+				r.err <- r.fn()
+				continue
+			}
+			if err := r.s.checkStep(r.id); err != nil {
+				r.err <- err
+				continue
+			}
+			step, ids, sessions = append(step, r), append(ids, r.id), append(sessions, r.s)
+		}
+		if len(step) == 0 {
+			continue
+		}
+		err := b.decode(sessions, ids)
+		b.steps.Add(1)
+		b.tokens.Add(uint64(len(step)))
+		for _, r := range step {
+			r.err <- err
+		}
+	}
+}
+
+// checkStep returns the error Forward would give one more token id.
+func (s *Session) checkStep(id int) error {
+	if s.pos+1 > s.ctx {
+		return fmt.Errorf("%w: %d positions filled + 1 new > context %d", ErrContextFull, s.pos, s.ctx)
+	}
+	if id < 0 || id >= s.m.Config.Vocab {
+		return fmt.Errorf("forward: token id %d outside [0, %d)", id, s.m.Config.Vocab)
+	}
+	return nil
+}
+
+// decode feeds ids[t] to sessions ss[t] (checked: checkStep) at their own
+// positions, one pass over the weights, leaving each session's logits where
+// Forward leaves them. A memory fault reading the weights is returned as
+// Forward returns it.
+func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if !kernels.IsFault(r) {
+				panic(r)
+			}
+			err = FaultError(b.m.Path, r)
+		}
+	}()
+	m, c, B := b.m, b.m.Config, len(ss)
+	bf := &b.buf
+	bf.ensure(c, B)
+	H := c.Hidden
+	x := bf.x[:B*H]
+	for t, id := range ids {
+		m.Embed.RowF32(x[t*H:(t+1)*H], id)
+	}
+	for i := range m.Layers {
+		b.attention(ss, i)
+		b.ffn(ss, i)
+	}
+	xb := bf.xb[:B*H]
+	for t := range B {
+		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], m.Norm, c.RMSNormEps)
+	}
+	if need := B * c.Vocab; len(bf.logits) < need {
+		bf.logits = make([]float32, need)
+	}
+	logits := bf.logits[:B*c.Vocab]
+	kernels.MatVecBatch(b.pool, logits, m.LMHead, xb, B)
+	for t, s := range ss {
+		if len(s.buf.logits) < c.Vocab {
+			s.buf.logits = make([]float32, c.Vocab)
+		}
+		copy(s.buf.logits, logits[t*c.Vocab:(t+1)*c.Vocab])
+		s.pos++
+	}
+	return nil
+}
+
+// attention is Session.attention for one token of each session, at its own
+// position and over its own KV cache.
+func (b *Batcher) attention(ss []*Session, i int) {
+	c := b.m.Config
+	l := &b.m.Layers[i]
+	bf := &b.buf
+	B, H, hd := len(ss), c.Hidden, c.HeadDim
+	qd, kvd, half := c.Heads*hd, c.KVHeads*hd, hd/2
+	x, xb := bf.x[:B*H], bf.xb[:B*H]
+	for t := range B {
+		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], l.AttnNorm, c.RMSNormEps)
+	}
+	q, k, v := bf.q[:B*qd], bf.k[:B*kvd], bf.v[:B*kvd]
+	b.project(q, l.Q, xb, B, l.QBias)
+	b.project(k, l.K, xb, B, l.KBias)
+	b.project(v, l.V, xb, B, l.VBias)
+	out := bf.attnOut[:B*qd]
+	for t, s := range ss {
+		p := s.pos
+		qt, kt, vt := q[t*qd:(t+1)*qd], k[t*kvd:(t+1)*kvd], v[t*kvd:(t+1)*kvd]
+		cos, sin := s.buf.ropeCos[p*half:(p+1)*half], s.buf.ropeSin[p*half:(p+1)*half]
+		for h := 0; h < c.Heads; h++ {
+			rope(qt[h*hd:(h+1)*hd], cos, sin)
+		}
+		for h := 0; h < c.KVHeads; h++ {
+			rope(kt[h*hd:(h+1)*hd], cos, sin)
+		}
+		copy(s.kcache[i][p*kvd:], kt)
+		copy(s.vcache[i][p*kvd:], vt)
+		kernels.Attention(b.pool, out[t*qd:(t+1)*qd], qt, s.kcache[i], s.vcache[i],
+			kernels.AttnShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: hd, Pos: p, T: 1})
+	}
+	b.project(xb, l.O, out, B, l.OBias)
+	for j := range x {
+		x[j] += xb[j]
+	}
+}
+
+// project is Session.project for B tokens of B sessions: MatVec's result
+// for each.
+func (b *Batcher) project(dst []float32, w kernels.Mat, src []float32, B int, bias []float32) {
+	kernels.MatVecBatch(b.pool, dst, w, src, B)
+	if bias != nil {
+		for t := range B {
+			d := dst[t*w.Rows : (t+1)*w.Rows]
+			for j, bv := range bias {
+				d[j] += bv
+			}
+		}
+	}
+}
+
+// ffn is Session.ffn for one token of each session. Where every session
+// computes the layer's loaded rows as they are (dense decode, a γ-dense
+// file) they go as one batch; otherwise each session runs its own.
+func (b *Batcher) ffn(ss []*Session, i int) {
+	c := b.m.Config
+	f := &b.m.Layers[i].MLP
+	bf := &b.buf
+	B, H := len(ss), c.Hidden
+	x := bf.x[:B*H]
+	for _, s := range ss {
+		if !s.plainFFN(i) {
+			for t, s := range ss {
+				s.ensure(1)
+				copy(s.buf.x[:H], x[t*H:(t+1)*H])
+				s.ffn(i, 1)
+				copy(x[t*H:(t+1)*H], s.buf.x[:H])
+			}
+			return
+		}
+	}
+	xb, y := bf.xb[:B*H], bf.xb2[:B*H]
+	for t := range B {
+		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], b.m.Layers[i].MLPNorm, c.RMSNormEps)
+	}
+	kept := f.Kept()
+	g, u := bf.gate[:B*kept], bf.up[:B*kept]
+	b.project(g, f.Gate, xb, B, nil)
+	b.project(u, f.Up, xb, B, nil)
+	for t := range B {
+		kernels.SwiGLU(b.pool, g[t*kept:(t+1)*kept], u[t*kept:(t+1)*kept])
+	}
+	if f.Sliced {
+		clear(y)
+		kernels.AddRowsBatch(b.pool, y, f.DownT, g, B)
+	} else {
+		b.project(y, f.Down, g, B, nil)
+	}
+	for j := range x {
+		x[j] += y[j]
+	}
+	if bias := f.DownBias; bias != nil {
+		for t := range B {
+			xt := x[t*H : (t+1)*H]
+			for j, bv := range bias {
+				xt[j] += bv
+			}
+		}
+	}
+}
+
+// plainFFN reports whether layer i's decode step computes every loaded row
+// with nothing observing it: Session.ffn's dense branch at T = 1.
+func (s *Session) plainFFN(i int) bool {
+	return s.perToken[i] == 0 && s.active[i] == nil && s.Observe == nil && s.calib == nil && s.mass == nil
+}

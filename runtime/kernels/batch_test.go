@@ -1,0 +1,77 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestBatchEqualsSingle: MatVecBatch's row t equals MatVec of x[t], and
+// AddRowsBatch's equals AddRows of a[t], bit for bit, on every kernel set,
+// pool size and weight dtype, for shapes whose chunks span several cache
+// blocks (batchBlockBytes): short rows (one dotRows stream) and long ones
+// (dot4 groups, a tail of rows), a column tail, coefficients that are zero
+// (AddRows skips them), and the column and term splits of AddRows.
+func TestBatchEqualsSingle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			for _, dt := range append(weightDTypes, quantDTypes...) {
+				shapes := [][2]int{{701, 200}, {203, 1100}}
+				if dt.Quantized() {
+					shapes = [][2]int{{701, 256}, {203, 1536}}
+				}
+				for _, sh := range shapes {
+					R, C := sh[0], sh[1]
+					var m testMat
+					if dt.Quantized() {
+						m = randQMat(t, rng, dt, R, C)
+					} else {
+						m = randMat(rng, dt, R, C, 0)
+					}
+					for _, B := range []int{1, 3, 5} {
+						x := randVec(rng, B*C)
+						got := make([]float32, B*R)
+						MatVecBatch(p, got, m.Mat, x, B)
+						want := make([]float32, R)
+						for tok := range B {
+							MatVec(p, want, m.Mat, x[tok*C:(tok+1)*C])
+							equalBits(t, got[tok*R:(tok+1)*R], want, "MatVecBatch %v [%d,%d] B=%d token %d", dt, R, C, B, tok)
+						}
+						// AddRows over n terms: few (a column split) and many
+						// (a term split when the pool has workers), a third
+						// of them zero.
+						for _, n := range []int{20, R} {
+							a := randVec(rng, B*n)
+							for i := range a {
+								if rng.IntN(3) == 0 {
+									a[i] = 0
+								}
+							}
+							base := randVec(rng, C)
+							got := make([]float32, B*C)
+							for tok := range B {
+								copy(got[tok*C:], base)
+							}
+							AddRowsBatch(p, got, m.Mat, a, B)
+							for tok := range B {
+								want := append([]float32(nil), base...)
+								AddRows(p, want, m.Mat, nil, a[tok*n:(tok+1)*n])
+								equalBits(t, got[tok*C:(tok+1)*C], want, "AddRowsBatch %v [%d,%d] %d terms B=%d token %d", dt, R, C, n, B, tok)
+							}
+						}
+					}
+				}
+			}
+		})
+	})
+}
+
+func equalBits(t *testing.T, got, want []float32, format string, args ...any) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf(format+": [%d] = %v, single-token kernel %v", append(args, i, got[i], want[i])...)
+		}
+	}
+}
