@@ -64,6 +64,9 @@ type Config struct {
 	// MaxTokensLimit caps every request's max_tokens (0: no cap but the
 	// context), so that one request cannot hold a slot to the context end.
 	MaxTokensLimit int
+	// BatchStats, when the slots decode as one batch, counts its steps and
+	// tokens (/metrics).
+	BatchStats func() runtime.BatchStats
 	// DropOldestTurns is drop_oldest_turns' default: a chat request past
 	// the context loses its oldest turns instead of a 400 (context.go).
 	DropOldestTurns bool
@@ -218,6 +221,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		float64(m.ttftMicros.Load())/1e6, m.ttftCount.Load())
 	fmt.Fprintf(w, "# HELP sinf_slots_busy Slots generating now.\n# TYPE sinf_slots_busy gauge\nsinf_slots_busy %d\n", m.busy.Load())
 	fmt.Fprintf(w, "# HELP sinf_slots Slots (--parallel).\n# TYPE sinf_slots gauge\nsinf_slots %d\n", s.cfg.Parallel)
+	if s.cfg.BatchStats != nil {
+		st := s.cfg.BatchStats()
+		fmt.Fprintf(w, "# HELP sinf_batch_steps_total Batched decode steps.\n# TYPE sinf_batch_steps_total counter\nsinf_batch_steps_total %d\n", st.Steps)
+		fmt.Fprintf(w, "# HELP sinf_batch_tokens_total Tokens the batched decode steps computed (over steps: the mean batch).\n# TYPE sinf_batch_tokens_total counter\nsinf_batch_tokens_total %d\n", st.Tokens)
+	}
 }
 
 // readBody reads a request body within MaxBodyBytes: a Content-Length

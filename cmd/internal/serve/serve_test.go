@@ -183,6 +183,7 @@ type setup struct {
 	limit     int    // MaxTokensLimit
 	template  string // in place of the file's
 	wrap      func(b runcmd.Backend) runcmd.Backend
+	batched   bool // the slots decode as one batch (runcmd.Batched, as serve's Open makes them)
 
 	writeTimeout   time.Duration
 	readTimeout    time.Duration
@@ -220,6 +221,11 @@ func openServer(t testing.TB, o setup) (*serve.Server, *runcmd.Loaded) {
 		EOS:      l.EOS(), MaxTokens: cmp.Or(o.maxTokens, 16), APIKey: o.apiKey, MaxBodyBytes: max(o.maxBody, 1<<20), Metrics: true,
 		WriteTimeout: o.writeTimeout, ReadTimeout: o.readTimeout, Host: o.host, CORSOrigin: o.corsOrigin, ContentSpecialTokens: o.contentSpecial,
 		MaxTokensLimit: o.limit}
+	if o.batched {
+		shared := runcmd.NewBatched(l, runcmd.DeviceOptions{Threads: max(1, o.threads), Context: o.context})
+		cfg.NewBackend = func() (runcmd.Backend, error) { return shared.Slot(), nil }
+		cfg.BatchStats = shared.Stats
+	}
 	if o.template != "" {
 		tmpl, terr = chat.New("test template", o.template, nil)
 		require.NoError(t, terr)
@@ -829,27 +835,50 @@ func TestChatInterrupt(t *testing.T) {
 }
 
 // TestLoad: 4 clients × 50 requests on --parallel 2 (queue 1, so some get
-// 503 and retry): no other errors, every answer equals the single-client
-// greedy one for its prompt, and the RSS stays flat (no leak per request).
+// 503 and retry), the slots on pools of their own and decoding as one batch:
+// no other errors, every answer equals the single-client greedy one for its
+// prompt, the RSS stays flat (no leak per request), and the batched server's
+// steps computed more than one token on average (/metrics).
 func TestLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
 	file, _ := files(t)
-	ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 1, context: 256})
-	rep, err := load.Run(context.Background(), load.Options{URL: ts.URL, MaxTokens: 16, Clients: 4, Requests: 50,
-		Prompts: []string{"Once upon a time", "The dog", "Lily and Tom", "One day", "The sun was"}})
-	require.NoError(t, err)
-	t.Logf("%+v", rep)
-	require.Equal(t, 200, rep.Load.Requests)
-	require.Zero(t, rep.Load.Errors, rep.Load.FirstError)
-	require.Zero(t, rep.Load.Mismatches)
-	require.Zero(t, rep.Single.Mismatches)
-	require.Greater(t, rep.Load.CompletionTokens, 200*8)
-	if rep.RSSBefore.Anon > 0 {
-		// Flat: well under what 200 requests' KV caches or buffers would add
-		// (the file's pages, also resident, are not the server's to free).
-		require.Less(t, rep.RSSAfter.Anon-rep.RSSBefore.Anon, int64(16<<20), "anonymous RSS grew from %d to %d bytes", rep.RSSBefore.Anon, rep.RSSAfter.Anon)
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 1, context: 256, batched: batched, threads: 2})
+			rep, err := load.Run(context.Background(), load.Options{URL: ts.URL, MaxTokens: 16, Clients: 4, Requests: 50,
+				Prompts: []string{"Once upon a time", "The dog", "Lily and Tom", "One day", "The sun was"}})
+			require.NoError(t, err)
+			t.Logf("%+v", rep)
+			require.Equal(t, 200, rep.Load.Requests)
+			require.Zero(t, rep.Load.Errors, rep.Load.FirstError)
+			require.Zero(t, rep.Load.Mismatches)
+			require.Zero(t, rep.Single.Mismatches)
+			require.Greater(t, rep.Load.CompletionTokens, 200*8)
+			if rep.RSSBefore.Anon > 0 {
+				// Flat: well under what 200 requests' KV caches or buffers would add
+				// (the file's pages, also resident, are not the server's to free).
+				require.Less(t, rep.RSSAfter.Anon-rep.RSSBefore.Anon, int64(16<<20), "anonymous RSS grew from %d to %d bytes", rep.RSSBefore.Anon, rep.RSSAfter.Anon)
+			}
+			resp, err := http.Get(ts.URL + "/metrics")
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			if !batched {
+				require.NotContains(t, string(body), "sinf_batch_steps_total")
+				return
+			}
+			var steps, tokens int
+			for _, line := range strings.Split(string(body), "\n") {
+				fmt.Sscanf(line, "sinf_batch_steps_total %d", &steps)
+				fmt.Sscanf(line, "sinf_batch_tokens_total %d", &tokens)
+			}
+			require.Positive(t, steps, "%s", body)
+			require.Greater(t, tokens, steps, "mean batch above 1")
+		})
 	}
 }
 

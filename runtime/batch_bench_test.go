@@ -1,0 +1,67 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
+
+// BenchmarkBatchDecode times one batched decode step of B sessions (dense
+// decode) on the .sinf file named by $SINF_BENCH_FILE, and B single-token
+// steps of Forward for comparison: tokens/s in the "tok/s" metric.
+//
+//	SINF_BENCH_FILE=smol-f16.sinf go test -run - -bench BatchDecode ./runtime/
+func BenchmarkBatchDecode(b *testing.B) {
+	path := os.Getenv("SINF_BENCH_FILE")
+	if path == "" {
+		b.Skip("set SINF_BENCH_FILE to a .sinf file")
+	}
+	f, err := format.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	m, err := LoadFile(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := kernels.NewPool(0)
+	defer pool.Close()
+	bt := &Batcher{m: m, pool: pool}
+	for _, B := range []int{1, 2, 4} {
+		ss := make([]*Session, B)
+		ids := make([]int, B)
+		for i := range ss {
+			ss[i] = m.NewSession(pool, 4096)
+			if _, err := ss[i].Forward([]int{1, 2 + i, 3}, false); err != nil {
+				b.Fatal(err)
+			}
+			ids[i] = 7 + i
+		}
+		b.Run(fmt.Sprintf("batched/B=%d", B), func(b *testing.B) {
+			for range b.N {
+				if err := bt.decode(ss, ids); err != nil {
+					b.Fatal(err)
+				}
+				for _, s := range ss {
+					s.pos = 3
+				}
+			}
+			b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+		b.Run(fmt.Sprintf("single/B=%d", B), func(b *testing.B) {
+			for range b.N {
+				for i, s := range ss {
+					if _, err := s.Forward(ids[i:i+1], false); err != nil {
+						b.Fatal(err)
+					}
+					s.pos = 3
+				}
+			}
+			b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
