@@ -189,7 +189,7 @@ test("structured output: json_schema and json_object", async () => {
   );
 });
 
-test("tools: a forced call, then the round trip with its result", async () => {
+test("tools: a forced call, unstreamed and streamed, then the round trip with its result", async () => {
   const tools = [{
     type: "function",
     function: {
@@ -210,6 +210,19 @@ test("tools: a forced call, then the round trip with its result", async () => {
   const args = JSON.parse(call.function.arguments);
   assert.ok(["Oslo", "Paris"].includes(args.city));
   assert.ok(Number.isInteger(args.days));
+
+  // streamed: the SDK's accumulator (ChatCompletionStream) rebuilds the same call from the deltas
+  const stream = client.chat.completions.stream({
+    model: "ts", messages, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 600, temperature: 0,
+  });
+  const names = [];
+  stream.on("tool_calls.function.arguments.done", (e) => names.push(e.name));
+  const streamed = (await stream.finalChatCompletion()).choices[0];
+  assert.equal(streamed.finish_reason, "tool_calls");
+  assert.equal(streamed.message.tool_calls.length, 1);
+  assert.equal(streamed.message.tool_calls[0].function.name, "get_weather");
+  assert.equal(streamed.message.tool_calls[0].function.arguments, call.function.arguments);
+  assert.deepEqual(names, ["get_weather"]);
 
   const back = await client.chat.completions.create({
     model: "ts", tools, max_tokens: 6, temperature: 0,

@@ -1218,34 +1218,81 @@ func TestTools(t *testing.T) {
 	withTools := r.Usage.PromptTokens
 	require.Equal(t, len(l.Tok.Encode("tools: get_weather get_time\nuser: Weather in Oslo?\nStory:", false)), withTools)
 
-	// streamed: one delta with the call, then finish_reason tool_calls
+	// streamed as OpenAI streams a call: a delta with its index, id, type
+	// and name (arguments ""), one with its arguments, then finish_reason
+	// tool_calls
 	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.Replace(named, `"temperature":0`, `"temperature":0,"stream":true`, 1)))
 	require.NoError(t, err)
 	ev := events(t, resp.Body)
 	resp.Body.Close()
 	require.Equal(t, "[DONE]", ev[len(ev)-1])
-	var first struct {
-		Choices []struct {
-			Delta struct {
-				ToolCalls []struct {
-					Index    int
-					Function struct{ Name, Arguments string }
-				} `json:"tool_calls"`
-			}
+	type streamedCall struct {
+		Index    int
+		ID, Type string
+		Function struct {
+			Name      string
+			Arguments *string
 		}
 	}
-	require.NoError(t, json.Unmarshal([]byte(ev[0]), &first))
-	require.Equal(t, call.Function.Arguments, first.Choices[0].Delta.ToolCalls[0].Function.Arguments, "greedy: the same call")
-	require.Contains(t, ev[len(ev)-2], `"finish_reason":"tool_calls"`)
+	type chunk struct {
+		Choices []struct {
+			Delta struct {
+				Role      string
+				Content   *string
+				ToolCalls []streamedCall `json:"tool_calls"`
+			}
+			FinishReason *string `json:"finish_reason"`
+		}
+	}
+	var deltas []chunk
+	for _, e := range ev[:len(ev)-1] {
+		var one chunk
+		require.NoError(t, json.Unmarshal([]byte(e), &one), e)
+		deltas = append(deltas, one)
+	}
+	require.Equal(t, "assistant", deltas[0].Choices[0].Delta.Role)
+	var calls []streamedCall
+	for _, d := range deltas {
+		calls = append(calls, d.Choices[0].Delta.ToolCalls...)
+	}
+	require.Len(t, calls, 2, "%q", ev)
+	require.Equal(t, streamedCall{Index: 0, ID: calls[0].ID, Type: "function"}, streamedCall{Index: calls[0].Index, ID: calls[0].ID, Type: calls[0].Type})
+	require.True(t, strings.HasPrefix(calls[0].ID, "call_"))
+	require.Equal(t, "get_weather", calls[0].Function.Name)
+	require.Equal(t, "", *calls[0].Function.Arguments)
+	require.Equal(t, 0, calls[1].Index)
+	require.Equal(t, call.Function.Arguments, *calls[1].Function.Arguments, "greedy: the same call")
+	require.Equal(t, "tool_calls", *deltas[len(deltas)-1].Choices[0].FinishReason)
+
+	// streamed auto: a reply that is no call streams as content, delta by
+	// delta, the same text as unstreamed
+	autoReq := `{` + user + `,"tools":` + tools + `,"max_tokens":6,"temperature":0}`
+	resp, err = http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.Replace(autoReq, `"temperature":0`, `"temperature":0,"stream":true`, 1)))
+	require.NoError(t, err)
+	ev = events(t, resp.Body)
+	resp.Body.Close()
+	var streamed strings.Builder
+	pieces := 0
+	for _, e := range ev[:len(ev)-1] {
+		var one chunk
+		require.NoError(t, json.Unmarshal([]byte(e), &one), e)
+		if len(one.Choices) > 0 && one.Choices[0].Delta.Content != nil && *one.Choices[0].Delta.Content != "" {
+			streamed.WriteString(*one.Choices[0].Delta.Content)
+			pieces++
+		}
+		require.True(t, len(one.Choices) == 0 || one.Choices[0].Delta.ToolCalls == nil, e)
+	}
+	require.Greater(t, pieces, 1, "content streamed as generated: %q", ev)
 
 	// auto: the model writes no call here, so the reply is content
-	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{`+user+`,"tools":`+tools+`,"max_tokens":6,"temperature":0}`)
+	code, _, b = post(t, ts.URL+"/v1/chat/completions", autoReq)
 	require.Equal(t, 200, code, "%s", b)
 	r.Choices = nil
 	require.NoError(t, json.Unmarshal(b, &r))
 	require.NotNil(t, r.Choices[0].Message.Content)
 	require.Empty(t, r.Choices[0].Message.ToolCalls)
 	require.Equal(t, withTools, r.Usage.PromptTokens)
+	require.Equal(t, *r.Choices[0].Message.Content, streamed.String())
 
 	// the round trip: the call (arguments a JSON string) and the tool's answer
 	trip := `{"messages":[{"role":"user","content":"Weather in Oslo?"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",

@@ -266,11 +266,9 @@ func (t *toolRequest) parseToolCalls(text string) ([]toolCall, string) {
 	return nil, text
 }
 
-// runTools generates a chat reply with tools and writes it: the reply is
-// held back until it is complete (a call cannot be told from text before),
-// then sent as content or as tool_calls with finish_reason "tool_calls",
-// in one JSON object or, streamed, as a chunk with the whole delta, the
-// last chunk, a usage chunk when asked, and [DONE].
+// runTools generates a chat reply with tools and writes it: in one JSON
+// object, the reply parsed into content and tool_calls (finish_reason
+// "tool_calls" when it holds a call), or streamed (streamTools).
 func (s *Server) runTools(w http.ResponseWriter, r *http.Request, arrived time.Time, encode promptFunc, req request, tools *toolRequest) {
 	ids, dropped, ok := s.admitEncode(w, encode)
 	if !ok {
@@ -285,6 +283,10 @@ func (s *Server) runTools(w http.ResponseWriter, r *http.Request, arrived time.T
 		defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) }()
 	}
 	id, created, model := newID("chatcmpl-"), time.Now().Unix(), s.cfg.ModelID
+	if req.stream {
+		s.streamTools(w, r, arrived, ids, req, tools, id, created, model)
+		return
+	}
 	text, lps, o, ok := s.generateWhole(w, r, arrived, ids, req)
 	if !ok {
 		return
@@ -299,33 +301,74 @@ func (s *Server) runTools(w http.ResponseWriter, r *http.Request, arrived time.T
 		}
 		finish = "tool_calls"
 	}
-	if !req.stream {
-		resp := map[string]any{"id": id, "object": "chat.completion", "created": created, "model": model,
-			"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": chatLogprobs(req, lps), "finish_reason": finish}},
-			"usage":   o.usage, "timings": o.timings}
-		if req.dropped > 0 {
-			resp["dropped_messages"] = req.dropped
-		}
-		if s.cfg.WriteTimeout > 0 {
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		}
-		writeJSON(w, http.StatusOK, resp)
-		return
+	resp := map[string]any{"id": id, "object": "chat.completion", "created": created, "model": model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": chatLogprobs(req, lps), "finish_reason": finish}},
+		"usage":   o.usage, "timings": o.timings}
+	if req.dropped > 0 {
+		resp["dropped_messages"] = req.dropped
 	}
+	if s.cfg.WriteTimeout > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// streamTools streams a reply with tools as OpenAI streams one: content as it
+// is generated, up to where a call might begin (heldFrom: the text from there
+// is held back until the reply ends), then the held text parsed, its content
+// as a delta and each call as a delta with its index, id, type and name and
+// one with its arguments, the last chunk with finish_reason tool_calls, a
+// usage chunk when asked, and [DONE]. Logprobs go with the delta that sends
+// their text (a held token's with the first delta after the reply).
+func (s *Server) streamTools(w http.ResponseWriter, r *http.Request, arrived time.Time, ids []int, req request, tools *toolRequest,
+	id string, created int64, model string) {
 	ev := startSSE(w, s.cfg.WriteTimeout)
 	frame := func(choices []any) map[string]any {
 		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
 	}
-	delta := map[string]any{"role": "assistant", "content": msg["content"]}
-	if calls != nil {
-		var tc []any
-		for i, c := range calls {
-			tc = append(tc, map[string]any{"index": i, "id": c.ID, "type": "function",
-				"function": map[string]any{"name": c.Function.Name, "arguments": c.Function.Arguments}})
+	first := true
+	delta := func(d map[string]any, lps []tokenLogprob) error {
+		if first {
+			d["role"], first = "assistant", false
 		}
-		delta["tool_calls"] = tc
+		return ev.send(frame([]any{map[string]any{"index": 0, "delta": d, "logprobs": chatLogprobs(req, lps), "finish_reason": nil}}))
 	}
-	_ = ev.send(frame([]any{map[string]any{"index": 0, "delta": delta, "logprobs": chatLogprobs(req, lps), "finish_reason": nil}}))
+	var text strings.Builder
+	var pending []tokenLogprob
+	sent := 0
+	o, err := s.generate(r.Context(), arrived, ids, req, func(t string, l []tokenLogprob) error {
+		text.WriteString(t)
+		pending = append(pending, l...)
+		if end := tools.heldFrom(text.String()); end > sent {
+			lps := pending
+			pending = nil
+			err := delta(map[string]any{"content": text.String()[sent:end]}, lps)
+			sent = end
+			return err
+		}
+		return nil
+	})
+	if errors.Is(err, errCancelled) {
+		return
+	}
+	if err != nil {
+		_ = ev.send(map[string]any{"error": &apiError{Message: err.Error(), Type: "server_error"}})
+		ev.done()
+		return
+	}
+	calls, content := tools.parseToolCalls(text.String()[sent:])
+	finish := o.finish
+	if content != "" || first {
+		_ = delta(map[string]any{"content": content}, pending)
+		pending = nil
+	}
+	for i, c := range calls {
+		_ = delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.ID, "type": "function",
+			"function": map[string]any{"name": c.Function.Name, "arguments": ""}}}}, pending)
+		pending = nil
+		_ = delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": c.Function.Arguments}}}}, nil)
+		finish = "tool_calls"
+	}
 	final := frame([]any{map[string]any{"index": 0, "delta": map[string]any{}, "logprobs": nil, "finish_reason": finish}})
 	final["timings"] = o.timings
 	if req.dropped > 0 {
@@ -338,4 +381,33 @@ func (s *Server) runTools(w http.ResponseWriter, r *http.Request, arrived time.T
 		_ = ev.send(u)
 	}
 	ev.done()
+}
+
+// heldFrom returns how much of a reply's text so far is surely content: all
+// of it but what a call may begin with. Hermes: the text before a
+// "<tool_call>", or before a suffix that may grow into one. Llama 3.1: a
+// call is the whole reply, a JSON object, so nothing until the first
+// non-space character, then all of it unless that is "{". It never
+// decreases as the text grows.
+func (t *toolRequest) heldFrom(text string) int {
+	switch t.format {
+	case toolsHermes:
+		const tag = "<tool_call>"
+		if i := strings.Index(text, tag); i >= 0 {
+			return i
+		}
+		for k := min(len(text), len(tag)-1); k > 0; k-- {
+			if strings.HasSuffix(text, tag[:k]) {
+				return len(text) - k
+			}
+		}
+		return len(text)
+	case toolsLlama3:
+		body := strings.TrimLeft(text, " \t\r\n")
+		if body == "" || body[0] == '{' {
+			return 0
+		}
+		return len(text)
+	}
+	return 0
 }
