@@ -16,3 +16,12 @@ func qdotRowsQ5_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *fl
 
 //go:noescape
 func qdotRowsQ6_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func kaccumQ4_KAVX2(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)
+
+//go:noescape
+func kaccumQ5_KAVX2(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)
+
+//go:noescape
+func kaccumQ6_KAVX2(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, a *[4]float32, rows int)

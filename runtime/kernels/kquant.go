@@ -15,7 +15,8 @@ import (
 // levels, minus (for the dtypes with a minimum) the minimum times x's block
 // sum, as GGML's vec_dot kernels do with Q8_K (whose x blocks are 256 long;
 // ours are 32, so x is quantized a little more finely). Prefill and the
-// neuron-row accumulation dequantize with format.Dequantize.
+// neuron-row accumulation dequantize with format.Dequantize here; amd64 has
+// AVX2 forms of both for the K-quants (kquant_amd64.go).
 
 func init() {
 	archQKernels()

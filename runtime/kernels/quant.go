@@ -168,15 +168,15 @@ func qaxpy4Q4_0Go(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a
 	qaxpy4Go(1, dst, w0, w1, w2, w3, a0, a1, a2, a3, nb)
 }
 
-// qmatMulRange is matMulRange for block-quantized rows: blocks of rows are
-// dequantized to float32 (about gemmBlockBytes of them) and go through the
-// float32 micro-kernel, so each weight is decoded once per call.
 // qmatMulBlock returns the rows that qmatMulRange dequantizes at a time for
 // rows of C columns (C > 0).
 func qmatMulBlock(ks *kernelSet, C int) int {
 	return max(ks.gr, gemmBlockBytes/(4*C)/ks.gr*ks.gr)
 }
 
+// qmatMulRange is matMulRange for block-quantized rows: blocks of rows are
+// dequantized to float32 (about gemmBlockBytes of them) and go through the
+// float32 micro-kernel, so each weight is decoded once per call.
 func qmatMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch) {
 	C, R, rb := w.Cols, w.Rows, w.RowBytes()
 	if C == 0 {

@@ -1,5 +1,7 @@
 package main
 
+import "fmt"
+
 // K-quant kernels (spec/sinf.md §5.3), generated into their own files
 // (kquant_amd64.s, decl_kquant_amd64.go) beside the Q8_0/Q4_0 ones.
 
@@ -19,6 +21,9 @@ func kquantAMD64(g *gen) {
 	qdotRowsK4AVX2(g, false)
 	qdotRowsK4AVX2(g, true)
 	qdotRowsQ6KAVX2(g)
+	kaccumK4AVX2(g, false)
+	kaccumK4AVX2(g, true)
+	kaccumQ6KAVX2(g)
 }
 
 // qdotRowsQ4KAVX2: dst[j] = the dot of row r (nb Q4_K super-blocks of 144
@@ -244,6 +249,167 @@ func qdotRowsQ6KAVX2(g *gen) {
 	g.i("ADDQ $4, DI")
 	x86RowNext(g)
 	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// kaccumK4AVX2: dst[e] += Σ_{r<rows} a[r]·(sc[8r + e/32]·q_r[e] − off[8r +
+// e/32]) for e < 256: one super-block of Q4_K (or, with five, Q5_K) weight
+// levels q_r[e] (0..15, or 0..31) of rows ≤ 4, sc and off each row's
+// sub-block scale d·sc_j and minimum dmin·m_j as kquant.go's Go caller
+// unpacks them from the 6-bit fields. Each weight is rounded as
+// format.Dequantize rounds it (the product, then the minimum subtracted), so
+// a weight that is a small difference of two large terms is the same value
+// there and here; then it is multiplied by a[r] and added. q holds each
+// row's level bytes: for Q4_K its 128 nibble bytes, for Q5_K its qh[32] then
+// the 128 nibble bytes. Per sub-block j = 2g+h, bytes 32g..32g+31 hold its
+// weights in their low (h = 0) or high (h = 1) nibbles (spec §5.3), widened
+// to dwords (VPMOVZXBD); Q5_K's fifth bit of weight l is bit j of qh[l].
+func kaccumK4AVX2(g *gen, five bool) {
+	name, nib := "kaccumQ4_KAVX2", 0
+	if five {
+		name, nib = "kaccumQ5_KAVX2", 32
+	}
+	g.decl("//go:noescape\nfunc %s(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ q+8(FP), SI")
+	g.i("MOVQ sc+16(FP), DX")
+	g.i("MOVQ off+24(FP), BX")
+	g.i("MOVQ a+32(FP), R10")
+	g.i("MOVQ rows+40(FP), CX")
+	g.i("MOVL $0x0f, R15")
+	g.i("VMOVD R15, X8")
+	g.i("VPBROADCASTD X8, Y8") // dword nibble mask
+	if five {
+		g.i("MOVL $0x10, R15")
+		g.i("VMOVD R15, X15")
+		g.i("VPBROADCASTD X15, Y15") // dword bit 4
+	}
+	for j := 0; j < 8; j++ {
+		grp, half := j/2, j%2
+		for k := 0; k < 4; k++ {
+			g.i("VMOVUPS %d(DI), Y%d", 4*(32*j+8*k), k)
+		}
+		g.i("XORQ AX, AX")
+		g.p("rows%d:", j)
+		g.i("MOVQ (SI)(AX*8), R8")
+		g.i("MOVQ AX, R9")
+		g.i("SHLQ $5, R9") // 8 floats a row
+		g.i("VBROADCASTSS %d(DX)(R9*1), Y9", 4*j)
+		g.i("VBROADCASTSS %d(BX)(R9*1), Y10", 4*j)
+		g.i("VBROADCASTSS (R10)(AX*4), Y11")
+		for k := 0; k < 4; k++ {
+			g.i("VPMOVZXBD %d(R8), Y12", nib+32*grp+8*k)
+			if half == 0 {
+				g.i("VPAND Y8, Y12, Y12")
+			} else {
+				g.i("VPSRLD $4, Y12, Y12")
+			}
+			if five {
+				g.i("VPMOVZXBD %d(R8), Y13", 8*k) // qh bytes of weights 8k..8k+7
+				switch {
+				case j < 4:
+					g.i("VPSLLD $%d, Y13, Y13", 4-j)
+				case j > 4:
+					g.i("VPSRLD $%d, Y13, Y13", j-4)
+				}
+				g.i("VPAND Y15, Y13, Y13")
+				g.i("VPOR Y13, Y12, Y12")
+			}
+			g.i("VCVTDQ2PS Y12, Y12")
+			g.i("VMULPS Y9, Y12, Y12")
+			g.i("VSUBPS Y10, Y12, Y12")
+			g.i("VFMADD231PS Y11, Y12, Y%d", k)
+		}
+		g.i("INCQ AX")
+		g.i("CMPQ AX, CX")
+		g.i("JB rows%d", j)
+		for k := 0; k < 4; k++ {
+			g.i("VMOVUPS Y%d, %d(DI)", k, 4*(32*j+8*k))
+		}
+	}
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// kaccumQ6KAVX2: dst[e] += Σ_{r<rows} a[r]·sc[16r + e/16]·(q_r[e] − 32)
+// for e < 256: one super-block of Q6_K weights of rows ≤ 4 (q[r] the
+// block: ql[128], then qh[64]), sc each row's sub-block scale d·sc_j as
+// format.Dequantize rounds it, so each weight is the same value there and
+// here before a[r] multiplies it. Weight 128h + 32k + l (l < 32) has its
+// low four bits in the low (k = 0, 1) or high (k = 2, 3) nibble of
+// ql[64h + 32(k mod 2) + l] and its top two in bits 2k, 2k+1 of
+// qh[32h + l] (spec §5.3).
+func kaccumQ6KAVX2(g *gen) {
+	name := "kaccumQ6_KAVX2"
+	g.decl("//go:noescape\nfunc %s(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, a *[4]float32, rows int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ q+8(FP), SI")
+	g.i("MOVQ sc+16(FP), DX")
+	g.i("MOVQ a+24(FP), R10")
+	g.i("MOVQ rows+32(FP), CX")
+	for _, c := range []struct {
+		v   int
+		reg int
+	}{{0x0f, 8}, {0x30, 14}, {32, 15}} {
+		g.i("MOVL $%#x, R15", c.v)
+		g.i("VMOVD R15, X%d", c.reg)
+		g.i("VPBROADCASTD X%d, Y%d", c.reg, c.reg)
+	}
+	for h := 0; h < 2; h++ {
+		for k := 0; k < 4; k++ {
+			e0, j0 := 128*h+32*k, 8*h+2*k
+			for i := 0; i < 4; i++ {
+				g.i("VMOVUPS %d(DI), Y%d", 4*(e0+8*i), i)
+			}
+			lbl := fmt.Sprintf("rows%d%d", h, k)
+			g.i("XORQ AX, AX")
+			g.p("%s:", lbl)
+			g.i("MOVQ (SI)(AX*8), R8")
+			g.i("MOVQ AX, R9")
+			g.i("SHLQ $6, R9") // 16 floats a row
+			g.i("VBROADCASTSS %d(DX)(R9*1), Y9", 4*j0)
+			g.i("VBROADCASTSS %d(DX)(R9*1), Y10", 4*(j0+1))
+			g.i("VBROADCASTSS (R10)(AX*4), Y11")
+			for i := 0; i < 4; i++ {
+				g.i("VPMOVZXBD %d(R8), Y12", 64*h+32*(k%2)+8*i)
+				if k < 2 {
+					g.i("VPAND Y8, Y12, Y12")
+				} else {
+					g.i("VPSRLD $4, Y12, Y12")
+				}
+				g.i("VPMOVZXBD %d(R8), Y13", 128+32*h+8*i)
+				switch {
+				case 2*k < 4:
+					g.i("VPSLLD $%d, Y13, Y13", 4-2*k)
+				case 2*k > 4:
+					g.i("VPSRLD $%d, Y13, Y13", 2*k-4)
+				}
+				g.i("VPAND Y14, Y13, Y13")
+				g.i("VPOR Y13, Y12, Y12")
+				g.i("VPSUBD Y15, Y12, Y12")
+				g.i("VCVTDQ2PS Y12, Y12")
+				s := 9
+				if i >= 2 {
+					s = 10
+				}
+				g.i("VMULPS Y%d, Y12, Y12", s)
+				g.i("VFMADD231PS Y11, Y12, Y%d", i)
+			}
+			g.i("INCQ AX")
+			g.i("CMPQ AX, CX")
+			g.i("JB %s", lbl)
+			for i := 0; i < 4; i++ {
+				g.i("VMOVUPS Y%d, %d(DI)", i, 4*(e0+8*i))
+			}
+		}
+	}
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
