@@ -3,6 +3,8 @@ package kernels
 import (
 	"encoding/binary"
 	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K (spec/sinf.md §5.2–5.3), q
@@ -15,8 +17,9 @@ import (
 // levels, minus (for the dtypes with a minimum) the minimum times x's block
 // sum, as GGML's vec_dot kernels do with Q8_K (whose x blocks are 256 long;
 // ours are 32, so x is quantized a little more finely). Prefill and the
-// neuron-row accumulation dequantize with format.Dequantize here; amd64 has
-// AVX2 forms of both for the K-quants (kquant_amd64.go).
+// neuron-row accumulation dequantize Q5_0 and Q5_1 with format.Dequantize,
+// and the K-quants through kaxpy4 and kcvt (below; amd64 has AVX2 forms of
+// their inner kernel, kquant_amd64.go).
 
 func init() {
 	archQKernels()
@@ -46,9 +49,9 @@ var (
 	qdotRowsPortable = [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){
 		qdotRowsQ8_0Go, qdotRowsQ4_0Go, qdotRowsKGo(2), qdotRowsKGo(3), qdotRowsKGo(4), qdotRowsKGo(5), qdotRowsKGo(6)}
 	qcvtPortable = [nq]func(dst *float32, src unsafe.Pointer, nb int){
-		qcvtQ8_0Go, qcvtQ4_0Go, qcvtKGo(2), qcvtKGo(3), qcvtKGo(4), qcvtKGo(5), qcvtKGo(6)}
+		qcvtQ8_0Go, qcvtQ4_0Go, qcvtKGo(2), qcvtKGo(3), kcvt(4, false), kcvt(5, false), kcvt(6, false)}
 	qaxpy4Portable = [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){
-		qaxpy4Q8_0Go, qaxpy4Q4_0Go, qaxpy4KGo(2), qaxpy4KGo(3), qaxpy4KGo(4), qaxpy4KGo(5), qaxpy4KGo(6)}
+		qaxpy4Q8_0Go, qaxpy4Q4_0Go, qaxpy4KGo(2), qaxpy4KGo(3), kaxpy4(4, false), kaxpy4(5, false), kaxpy4(6, false)}
 )
 
 func qcvtKGo(q int) func(dst *float32, src unsafe.Pointer, nb int) {
@@ -185,4 +188,153 @@ func dotQ6_K(blk []byte, qx []int8, xd, _ []float32) float32 {
 		}
 	}
 	return f16(blk[208:]) * s
+}
+
+// The K-quants' neuron-row accumulation (qaxpy4) and dequantization (qcvt):
+// per super-block, the Go side unpacks each row's sub-block scales and
+// minimums (kScales, q6Scales, rounded as format.Dequantize rounds them),
+// and an inner kernel runs over the weight levels — kaccumK4Go /
+// kaccumQ6Go here, their AVX2 forms (kaccumSIMD) where simd is set.
+
+// kaxpy4 returns qaxpy4 for the K-quant of q table index q (Q4_K, Q5_K or
+// Q6_K).
+func kaxpy4(q int, simd bool) func(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+	bb, five, six := qBlockBytes[q], q == qIndex(format.Q5_K), q == qIndex(format.Q6_K)
+	return func(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Pointer, a0, a1, a2, a3 float32, nb int) {
+		ws, as := [4]unsafe.Pointer{w0, w1, w2, w3}, [4]float32{a0, a1, a2, a3}
+		var lv [4]unsafe.Pointer
+		var sc [64]float32
+		var off [32]float32
+		for b := range nb {
+			for r, w := range ws {
+				lv[r] = kScalesOf(unsafe.Add(w, b*bb), r, &sc, &off, six)
+			}
+			kaccum((*float32)(unsafe.Add(unsafe.Pointer(dst), 4*256*b)), &lv, &sc, &off, &as, 4, five, six, simd)
+		}
+	}
+}
+
+// kcvt returns qcvt for the K-quant of q table index q: each block's weights
+// into cleared dst, as format.Dequantize dequantizes them.
+func kcvt(q int, simd bool) func(dst *float32, src unsafe.Pointer, nb int) {
+	bb, five, six := qBlockBytes[q], q == qIndex(format.Q5_K), q == qIndex(format.Q6_K)
+	return func(dst *float32, src unsafe.Pointer, nb int) {
+		var lv [4]unsafe.Pointer
+		var sc [64]float32
+		var off [32]float32
+		one := [4]float32{1}
+		d := xs(dst, 256*nb)
+		clear(d)
+		for b := range nb {
+			lv[0] = kScalesOf(unsafe.Add(src, b*bb), 0, &sc, &off, six)
+			kaccum(&d[256*b], &lv, &sc, &off, &one, 1, five, six, simd)
+		}
+	}
+}
+
+// kScalesOf unpacks row r's scales of the block at blk into sc and off (Q6_K:
+// 16 scales from sc[16r]; Q4_K, Q5_K: 8 scales and minimums from 8r) and
+// returns where its levels begin.
+func kScalesOf(blk unsafe.Pointer, r int, sc *[64]float32, off *[32]float32, six bool) unsafe.Pointer {
+	if six {
+		q6Scales((*[210]byte)(blk), sc[16*r:16*r+16])
+		return blk
+	}
+	kScales((*[16]byte)(blk), sc[8*r:8*r+8], off[8*r:8*r+8])
+	return unsafe.Add(blk, 16)
+}
+
+func kaccum(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, off *[32]float32, a *[4]float32, rows int, five, six, simd bool) {
+	switch {
+	case simd:
+		kaccumSIMD(dst, q, sc, off, a, rows, five, six)
+	case six:
+		kaccumQ6Go(dst, q, sc, a, rows)
+	default:
+		kaccumK4Go(dst, q, (*[32]float32)(sc[:32]), off, a, rows, five)
+	}
+}
+
+// kScales sets sc[j] = d·sc_j and off[j] = dmin·m_j for the eight
+// sub-blocks of the Q4_K / Q5_K super-block whose first 16 bytes (d, dmin,
+// the 6-bit scales and minimums) are blk, rounded as format.Dequantize
+// rounds them.
+func kScales(blk *[16]byte, sc, off []float32) {
+	sc, off = sc[:8], off[:8]
+	d, dmin := f16(blk[0:2]), f16(blk[2:4])
+	// scaleMinK4 for all eight at once, four bytes to a word: the scales
+	// and minimums of sub-blocks 0–3 are the low six bits of bytes 0–3 and
+	// 4–7; those of 4–7 the low (scales) or high (minimums) nibbles of bytes
+	// 8–11 with the top two bits of bytes 0–3 or 4–7 above them.
+	u0 := binary.LittleEndian.Uint32(blk[4:])
+	u1 := binary.LittleEndian.Uint32(blk[8:])
+	u2 := binary.LittleEndian.Uint32(blk[12:])
+	s := [2]uint32{u0 & 0x3f3f3f3f, u2&0x0f0f0f0f | u0>>6&0x03030303<<4}
+	m := [2]uint32{u1 & 0x3f3f3f3f, u2>>4&0x0f0f0f0f | u1>>6&0x03030303<<4}
+	for j := range 8 {
+		sh := 8 * uint(j&3)
+		sc[j] = d * float32(uint8(s[j>>2]>>sh))
+		off[j] = dmin * float32(uint8(m[j>>2]>>sh))
+	}
+}
+
+// q6Scales sets sc[j] = d·sc_j for the 16 sub-blocks of a Q6_K block,
+// rounded as format.Dequantize rounds them.
+func q6Scales(blk *[210]byte, sc []float32) {
+	d := f16(blk[208:210])
+	for j := range 16 {
+		sc[j] = d * float32(int8(blk[192+j]))
+	}
+}
+
+// kaccumK4Go: dst[e] += Σ_{r<rows} a[r]·(sc[8r + e/32]·q_r[e] − off[8r +
+// e/32]) for e < 256, one Q4_K (five: Q5_K) super-block's levels of rows ≤ 4
+// at q[r] (Q5_K: qh[32], then the nibbles), each weight rounded as
+// format.Dequantize rounds it (the float32 conversions keep the product and
+// the difference from fusing). The AVX2 form is kaccumQ4_KAVX2.
+func kaccumK4Go(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int, five bool) {
+	d := (*[256]float32)(unsafe.Pointer(dst))
+	for r := range rows {
+		lv := q[r]
+		var qh *[32]byte
+		if five {
+			qh, lv = (*[32]byte)(lv), unsafe.Add(lv, 32)
+		}
+		qs := (*[128]byte)(lv)
+		for g := range 4 {
+			s0, s1 := sc[8*r+2*g], sc[8*r+2*g+1]
+			m0, m1 := off[8*r+2*g], off[8*r+2*g+1]
+			lo, hi := d[64*g:64*g+32], d[64*g+32:64*g+64]
+			for l, v := range qs[32*g : 32*g+32] {
+				q0, q1 := v&15, v>>4
+				if five {
+					q0 |= qh[l] >> (2 * g) & 1 << 4
+					q1 |= qh[l] >> (2*g + 1) & 1 << 4
+				}
+				lo[l] += a[r] * float32(float32(s0*float32(q0))-m0)
+				hi[l] += a[r] * float32(float32(s1*float32(q1))-m1)
+			}
+		}
+	}
+}
+
+// kaccumQ6Go: dst[e] += Σ_{r<rows} a[r]·sc[16r + e/16]·(q_r[e] − 32) for e
+// < 256, one Q6_K super-block of rows ≤ 4 at q[r] (ql[128], then qh[64]),
+// each weight rounded as format.Dequantize rounds it. The AVX2 form is
+// kaccumQ6_KAVX2.
+func kaccumQ6Go(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, a *[4]float32, rows int) {
+	d := (*[256]float32)(unsafe.Pointer(dst))
+	for r := range rows {
+		ql, qh := (*[128]byte)(q[r]), (*[64]byte)(unsafe.Add(q[r], 128))
+		for h := range 2 {
+			for l := range 32 {
+				x, y, hb := ql[64*h+l], ql[64*h+l+32], qh[32*h+l]
+				lv := [4]int{int(x&15|hb&3<<4) - 32, int(y&15|hb>>2&3<<4) - 32, int(x>>4|hb>>4&3<<4) - 32, int(y>>4|hb>>6&3<<4) - 32}
+				for k, v := range lv {
+					e := 128*h + 32*k + l
+					d[e] += a[r] * float32(sc[16*r+e/16]*float32(v))
+				}
+			}
+		}
+	}
 }
