@@ -134,7 +134,8 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	// Not the default: the batch reads each weight once per step but still
 	// computes every token's products, and where decode is bound by the
 	// products rather than by memory (Q4_0 files on a 2-core VM) 4 clients
-	// got 0.58× the tokens/s of per-slot pools (Llama-3.2-1B F16: 1.47×).
+	// got 0.6–1.0× the tokens/s of per-slot pools (Llama-3.2-1B F16:
+	// 1.2–1.5×; README).
 	device := c.String("device")
 	batched := parallel > 1 && (device == "" || device == "cpu") && c.Bool("batch")
 	threads := c.Int("threads")
