@@ -133,6 +133,15 @@ func qaxpyRowsQ4_0NEON(dst *float32, w unsafe.Pointer, stride int, idx *int32, a
 func qcvtQ4_0NEON(dst *float32, src unsafe.Pointer, nb int)
 
 //go:noescape
+func kaccumQ4_KNEON(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)
+
+//go:noescape
+func kaccumQ5_KNEON(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)
+
+//go:noescape
+func kaccumQ6_KNEON(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, a *[4]float32, rows int)
+
+//go:noescape
 func readSumNEON(p unsafe.Pointer, n int) uint64
 
 //go:noescape

@@ -414,3 +414,186 @@ func kaccumQ6KAVX2(g *gen) {
 	g.i("RET")
 	g.p("")
 }
+
+// neonKLevels leaves 32 levels of a K-quant sub-block as float32 in
+// V8..V15 (elements 0–3, 4–7, …), from the signed bytes in V2 (0–15) and V3
+// (16–31); V4..V7 are clobbered.
+func neonKLevels(g *gen) {
+	g.i(sxtl(4, 2, false, false))
+	g.i(sxtl(5, 2, false, true))
+	g.i(sxtl(6, 3, false, false))
+	g.i(sxtl(7, 3, false, true))
+	for k := 0; k < 4; k++ {
+		g.i(sxtl(8+2*k, 4+k, true, false))
+		g.i(sxtl(9+2*k, 4+k, true, true))
+	}
+	for k := 8; k < 16; k++ {
+		g.i(scvtfV(k, k))
+	}
+}
+
+// neonKRowHead loads row R6's level pointer into R9 and broadcasts its
+// coefficient a[R6] to V29 and, from the float32 table at R2 (stride per
+// row: 1<<shift bytes), its scale at offset off into V27 (R7 clobbered).
+func neonKRowHead(g *gen, shift, off int) {
+	g.i("MOVD (R1)(R6<<3), R9")
+	g.i("ADD R6<<2, R4, R7")
+	g.i("FMOVS (R7), F29")
+	g.i("VDUP V29.S[0], V29.S4")
+	g.i("ADD R6<<%d, R2, R7", shift)
+	g.i("FMOVS %d(R7), F27", off)
+	g.i("VDUP V27.S[0], V27.S4")
+}
+
+// neonKAccum adds a·v for the levels in V8..V15 (v = level·V27, then − V28
+// where minus) into the sums V16..V23.
+func neonKAccum(g *gen, minus bool) {
+	for k := 0; k < 8; k++ {
+		g.i(fmulV(8+k, 8+k, 27))
+		if minus {
+			g.i(fsubV(8+k, 8+k, 28))
+		}
+		g.i("VFMLA V29.S4, V%d.S4, V%d.S4", 8+k, 16+k)
+	}
+}
+
+// neonKLoadStore loads (store false) or stores the 32 sums of dst + byte
+// offset off in V16..V23 (R10 clobbered).
+func neonKLoadStore(g *gen, off int, store bool) {
+	g.i("ADD $%d, R0, R10", off)
+	op, a, b := "VLD1", "(R10), ", ""
+	if store {
+		op, a, b = "VST1", "", ", (R10)"
+	}
+	g.i("%s %s[V16.S4, V17.S4, V18.S4, V19.S4]%s", op, a, b)
+	g.i("ADD $%d, R0, R10", off+64)
+	g.i("%s %s[V20.S4, V21.S4, V22.S4, V23.S4]%s", op, a, b)
+}
+
+// neonKaccumK4 is kaccumK4AVX2 for NEON (kaccumQ4_KNEON, kaccumQ5_KNEON):
+// per sub-block j = 2g+h, for each row the 32 level bytes at 32g (after
+// Q5_K's qh[32]) masked (h = 0) or shifted (h = 1), with Q5_K's bit j of
+// qh[l] moved to bit 4, widened to float32, each weight rounded as
+// format.Dequantize rounds it (FMUL by d·sc_j, FSUB dmin·m_j), then FMLA by
+// the row's coefficient into the sub-block's 32 sums.
+func neonKaccumK4(g *gen, five bool) {
+	name, nib := "kaccumQ4_KNEON", 0
+	if five {
+		name, nib = "kaccumQ5_KNEON", 32
+	}
+	neonText(g, name, 48, "(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)")
+	g.i("MOVD dst+0(FP), R0")
+	g.i("MOVD q+8(FP), R1")
+	g.i("MOVD sc+16(FP), R2")
+	g.i("MOVD off+24(FP), R3")
+	g.i("MOVD a+32(FP), R4")
+	g.i("MOVD rows+40(FP), R8")
+	g.i("VMOVI $15, V30.B16")
+	g.i("VMOVI $16, V31.B16")
+	for j := 0; j < 8; j++ {
+		grp, half := j/2, j%2
+		neonKLoadStore(g, 128*j, false)
+		g.i("MOVD $0, R6")
+		g.p("rows%d:", j)
+		neonKRowHead(g, 5, 4*j)
+		g.i("ADD R6<<5, R3, R7")
+		g.i("FMOVS %d(R7), F28", 4*j)
+		g.i("VDUP V28.S[0], V28.S4")
+		g.i("ADD $%d, R9, R7", nib+32*grp)
+		g.i("VLD1 (R7), [V0.B16, V1.B16]")
+		for v := 0; v < 2; v++ {
+			if half == 0 {
+				g.i("VAND V30.B16, V%d.B16, V%d.B16", v, 2+v)
+			} else {
+				g.i("VUSHR $4, V%d.B16, V%d.B16", v, 2+v)
+			}
+		}
+		if five {
+			g.i("VLD1 (R9), [V24.B16, V25.B16]") // qh
+			for v := 0; v < 2; v++ {
+				switch {
+				case j < 4:
+					g.i("VSHL $%d, V%d.B16, V%d.B16", 4-j, 24+v, 26)
+				case j > 4:
+					g.i("VUSHR $%d, V%d.B16, V%d.B16", j-4, 24+v, 26)
+				default:
+					g.i("VORR V%d.B16, V%d.B16, V26.B16", 24+v, 24+v)
+				}
+				g.i("VAND V31.B16, V26.B16, V26.B16")
+				g.i("VORR V26.B16, V%d.B16, V%d.B16", 2+v, 2+v)
+			}
+		}
+		neonKLevels(g)
+		neonKAccum(g, true)
+		g.i("ADD $1, R6, R6")
+		g.i("CMP R8, R6")
+		g.i("BLT rows%d", j)
+		neonKLoadStore(g, 128*j, true)
+	}
+	g.i("RET")
+	g.p("")
+}
+
+// neonKaccumQ6 is kaccumQ6KAVX2 for NEON (kaccumQ6_KNEON): per 32 weights
+// 128h + 32k + l, the low (k < 2) or high nibbles of ql[64h + 32(k mod 2)..],
+// bits 2k, 2k+1 of qh[32h..] moved to bits 4–5, 32 subtracted (signed
+// bytes), widened to float32, FMUL by the scale of the 16-weight sub-block
+// (d·sc_j, V27 for the first 16, V28 the next), FMLA by the coefficient.
+func neonKaccumQ6(g *gen) {
+	neonText(g, "kaccumQ6_KNEON", 40, "(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, a *[4]float32, rows int)")
+	g.i("MOVD dst+0(FP), R0")
+	g.i("MOVD q+8(FP), R1")
+	g.i("MOVD sc+16(FP), R2")
+	g.i("MOVD a+24(FP), R4")
+	g.i("MOVD rows+32(FP), R8")
+	g.i("VMOVI $15, V30.B16")
+	g.i("VMOVI $48, V31.B16")
+	g.i("VMOVI $32, V26.B16")
+	for h := 0; h < 2; h++ {
+		for k := 0; k < 4; k++ {
+			e0, j0 := 128*h+32*k, 8*h+2*k
+			neonKLoadStore(g, 4*e0, false)
+			lbl := fmt.Sprintf("rows%d%d", h, k)
+			g.i("MOVD $0, R6")
+			g.p("%s:", lbl)
+			neonKRowHead(g, 6, 4*j0)
+			g.i("FMOVS %d(R7), F28", 4*(j0+1))
+			g.i("VDUP V28.S[0], V28.S4")
+			g.i("ADD $%d, R9, R7", 64*h+32*(k%2))
+			g.i("VLD1 (R7), [V0.B16, V1.B16]")
+			g.i("ADD $%d, R9, R7", 128+32*h)
+			g.i("VLD1 (R7), [V24.B16, V25.B16]")
+			for v := 0; v < 2; v++ {
+				if k < 2 {
+					g.i("VAND V30.B16, V%d.B16, V%d.B16", v, 2+v)
+				} else {
+					g.i("VUSHR $4, V%d.B16, V%d.B16", v, 2+v)
+				}
+				switch {
+				case 2*k < 4:
+					g.i("VSHL $%d, V%d.B16, V%d.B16", 4-2*k, 24+v, 24+v)
+				case 2*k > 4:
+					g.i("VUSHR $%d, V%d.B16, V%d.B16", 2*k-4, 24+v, 24+v)
+				}
+				g.i("VAND V31.B16, V%d.B16, V%d.B16", 24+v, 24+v)
+				g.i("VORR V%d.B16, V%d.B16, V%d.B16", 24+v, 2+v, 2+v)
+				g.i("VSUB V26.B16, V%d.B16, V%d.B16", 2+v, 2+v)
+			}
+			neonKLevels(g)
+			for i := 0; i < 8; i++ {
+				s := 27
+				if i >= 4 {
+					s = 28
+				}
+				g.i(fmulV(8+i, 8+i, s))
+				g.i("VFMLA V29.S4, V%d.S4, V%d.S4", 8+i, 16+i)
+			}
+			g.i("ADD $1, R6, R6")
+			g.i("CMP R8, R6")
+			g.i("BLT %s", lbl)
+			neonKLoadStore(g, 4*e0, true)
+		}
+	}
+	g.i("RET")
+	g.p("")
+}

@@ -991,6 +991,9 @@ func arm64(g *gen) {
 		neonQAxpyRows(g, q)
 		neonQCvt(g, q)
 	}
+	neonKaccumK4(g, false)
+	neonKaccumK4(g, true)
+	neonKaccumQ6(g)
 	neonReadSum(g)
 	neonSwiGLU(g)
 	neonExpSum(g)
