@@ -142,6 +142,24 @@ func kaccumQ5_KNEON(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a 
 func kaccumQ6_KNEON(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, a *[4]float32, rows int)
 
 //go:noescape
+func kdotQ4_KNEON(lv unsafe.Pointer, xq *int8, sums *[8]int32)
+
+//go:noescape
+func kdotQ4_KDOTPROD(lv unsafe.Pointer, xq *int8, sums *[8]int32)
+
+//go:noescape
+func kdotQ5_KNEON(lv unsafe.Pointer, xq *int8, sums *[8]int32)
+
+//go:noescape
+func kdotQ5_KDOTPROD(lv unsafe.Pointer, xq *int8, sums *[8]int32)
+
+//go:noescape
+func kdotQ6_KNEON(lv unsafe.Pointer, xq *int8, sums *[16]int32)
+
+//go:noescape
+func kdotQ6_KDOTPROD(lv unsafe.Pointer, xq *int8, sums *[16]int32)
+
+//go:noescape
 func readSumNEON(p unsafe.Pointer, n int) uint64
 
 //go:noescape

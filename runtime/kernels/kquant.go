@@ -65,7 +65,12 @@ func qaxpy4KGo(q int) func(dst *float32, w0, w1, w2, w3, _, _, _, _ unsafe.Point
 }
 
 func qdotRowsKGo(q int) func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, _ int) {
-	dot := qdotBlock[q]
+	return qdotRowsWith(q, qdotBlock[q])
+}
+
+// qdotRowsWith is qdotRows for the dtype of q table index q over dot, one
+// weight block's dot with x (qdotBlock's form).
+func qdotRowsWith(q int, dot func(blk []byte, qx []int8, xd, xsum []float32) float32) func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, _ int) {
 	return func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, _ int) {
 		bb, be := qBlockBytes[q], qBlockElems[q]
 		nx := nb * be / 32 // x blocks
@@ -125,12 +130,9 @@ func scaleMinK4(j int, q []byte) (sc, m uint8) {
 // dotK4 is the dot of a Q4_K (qh nil) or Q5_K block with x: per group g
 // of 64 elements, the low nibbles of qs[32g:] pair with x block 2g and the
 // high ones with x block 2g+1 (array pointers keep the loops free of bounds
-// checks).
+// checks), the integer sums then scaled by k4Dot.
 func dotK4(blk, qh, qs []byte, qx []int8, xd, xsum []float32) float32 {
-	d, dmin := f16(blk), f16(blk[2:])
-	sc := (*[12]byte)(blk[4:16])
-	xd, xsum = xd[:8], xsum[:8]
-	var s, sm float32
+	var sums [8]int32
 	for g := range 4 {
 		q := (*[32]byte)(qs[32*g:])
 		x0, x1 := (*[32]int8)(qx[128*g:]), (*[32]int8)(qx[128*g+64:])
@@ -147,9 +149,23 @@ func dotK4(blk, qh, qs []byte, qx []int8, xd, xsum []float32) float32 {
 				s1 += int32(q[l]>>4|h[l]>>(2*g+1)&1<<4) * int32(x1[l])
 			}
 		}
+		sums[2*g], sums[2*g+1] = s0, s1
+	}
+	return k4Dot(blk, &sums, xd, xsum)
+}
+
+// k4Dot is a Q4_K / Q5_K block's dot with x from its sub-blocks' integer
+// dots sums[j] = Σ_l q_j[l]·x_j[l] (dotK4, or the NEON kdot kernels): d·Σ_j
+// sc_j·d_x[j]·sums[j] − dmin·Σ_j m_j·xsum[j]/8.
+func k4Dot(blk []byte, sums *[8]int32, xd, xsum []float32) float32 {
+	d, dmin := f16(blk), f16(blk[2:])
+	sc := (*[12]byte)(blk[4:16])
+	xd, xsum = xd[:8], xsum[:8]
+	var s, sm float32
+	for g := range 4 {
 		c0, m0 := scaleMinK4(2*g, sc[:])
 		c1, m1 := scaleMinK4(2*g+1, sc[:])
-		s += float32(c0)*xd[2*g]*float32(s0) + float32(c1)*xd[2*g+1]*float32(s1)
+		s += float32(c0)*xd[2*g]*float32(sums[2*g]) + float32(c1)*xd[2*g+1]*float32(sums[2*g+1])
 		sm += float32(m0)*xsum[2*g] + float32(m1)*xsum[2*g+1]
 	}
 	return d*s - dmin*(sm/8)
@@ -164,9 +180,7 @@ func dotQ5_K(blk []byte, qx []int8, xd, xsum []float32) float32 {
 }
 
 func dotQ6_K(blk []byte, qx []int8, xd, _ []float32) float32 {
-	sc := (*[16]byte)(blk[192:208])
-	xd = xd[:8]
-	var s float32
+	var sums [16]int32
 	for h := range 2 {
 		// Element 128h + 32k + l: x block 4h + k, scale 8h + 2k + l/16; its
 		// low nibble in ql[64h + 32(k&1) + l] (k ≥ 2: the high one), its top
@@ -184,8 +198,20 @@ func dotQ6_K(blk []byte, qx []int8, xd, _ []float32) float32 {
 			for l := 16; l < 32; l++ {
 				s1 += (int32(lo[l]>>shift&15|qh[l]>>hs&3<<4) - 32) * int32(x[l])
 			}
-			s += xd[4*h+k] * (float32(int8(sc[8*h+2*k]))*float32(s0) + float32(int8(sc[8*h+2*k+1]))*float32(s1))
+			sums[2*(4*h+k)], sums[2*(4*h+k)+1] = s0, s1
 		}
+	}
+	return q6Dot(blk, &sums, xd)
+}
+
+// q6Dot is a Q6_K block's dot with x from its 16 sub-blocks' integer dots
+// sums[i] (x block i/2): d·Σ_i d_x[i/2]·sc_i·sums[i].
+func q6Dot(blk []byte, sums *[16]int32, xd []float32) float32 {
+	sc := (*[16]byte)(blk[192:208])
+	xd = xd[:8]
+	var s float32
+	for b := range 8 {
+		s += xd[b] * (float32(int8(sc[2*b]))*float32(sums[2*b]) + float32(int8(sc[2*b+1]))*float32(sums[2*b+1]))
 	}
 	return f16(blk[208:]) * s
 }

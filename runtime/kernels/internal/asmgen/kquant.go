@@ -597,3 +597,126 @@ func neonKaccumQ6(g *gen) {
 	g.i("RET")
 	g.p("")
 }
+
+// addv is ADDV Sd, Vn.4S: the sum of Vn's four int32 lanes.
+func addv(d, n int) string { return word(0x4EB1B800|n<<5|d, "ADDV S%d, V%d.4S", d, n) }
+
+// neonKIntDot sets V<acc>.4S to lane sums of the products of the signed
+// bytes of V<w> and V<x> (16 each): two SDOT with dotprod, else SMULL,
+// SMLAL2 (int16: |sum| ≤ 2·32·127) and SADDLP (V7 clobbered).
+func neonKIntDot(g *gen, acc, w, x int, dotprod bool) {
+	if dotprod {
+		g.i("VEOR V%d.B16, V%d.B16, V%d.B16", acc, acc, acc)
+		g.i(sdot(acc, w, x))
+		return
+	}
+	g.i(smull(7, w, x))
+	g.i(smlal2(7, w, x))
+	g.i(saddlp(acc, 7))
+}
+
+// neonKDot writes the integer dots of one K-quant super-block's levels with
+// x as quantizeX leaves it (64 bytes per x block of 32, the int8 levels
+// first): Q4_K / Q5_K (lv: the block after its 16 bytes of scales, Q5_K's
+// qh[32] first) sums[j] = Σ_l q[32j + l]·x_j[l] for the eight sub-blocks,
+// the levels unpacked as kaccumK4AVX2 does; Q6_K (lv: the block) sums[i] for
+// its 16 sub-blocks of 16, x block i/2, the levels as kaccumQ6KAVX2's. The
+// Go side (k4Dot, q6Dot) applies the scales, as for the portable dots.
+func neonKDot(g *gen, kind string, dotprod bool) {
+	suffix := "NEON"
+	if dotprod {
+		suffix = "DOTPROD"
+	}
+	name, n := "kdot"+kind+suffix, 8
+	if kind == "Q6_K" {
+		n = 16
+	}
+	neonText(g, name, 24, fmt.Sprintf("(lv unsafe.Pointer, xq *int8, sums *[%d]int32)", n))
+	g.i("MOVD lv+0(FP), R0")
+	g.i("MOVD xq+8(FP), R1")
+	g.i("MOVD sums+16(FP), R2")
+	g.i("VMOVI $15, V30.B16")
+	switch kind {
+	case "Q5_K":
+		g.i("VMOVI $16, V31.B16")
+		g.i("VLD1 (R0), [V24.B16, V25.B16]") // qh
+	case "Q6_K":
+		g.i("VMOVI $48, V31.B16")
+		g.i("VMOVI $32, V26.B16")
+	}
+	for j := 0; j < 8; j++ {
+		var lvOff int
+		k := j % 4 // Q6_K
+		switch kind {
+		case "Q4_K":
+			lvOff = 32 * (j / 2)
+		case "Q5_K":
+			lvOff = 32 + 32*(j/2)
+		case "Q6_K":
+			lvOff = 64*(j/4) + 32*(k%2)
+		}
+		g.i("ADD $%d, R0, R7", lvOff)
+		g.i("VLD1 (R7), [V0.B16, V1.B16]")
+		low := j%2 == 0
+		if kind == "Q6_K" {
+			low = k < 2
+			g.i("ADD $%d, R0, R7", 128+32*(j/4))
+			g.i("VLD1 (R7), [V24.B16, V25.B16]")
+		}
+		for v := 0; v < 2; v++ {
+			if low {
+				g.i("VAND V30.B16, V%d.B16, V%d.B16", v, 2+v)
+			} else {
+				g.i("VUSHR $4, V%d.B16, V%d.B16", v, 2+v)
+			}
+			switch kind {
+			case "Q5_K":
+				switch {
+				case j < 4:
+					g.i("VSHL $%d, V%d.B16, V27.B16", 4-j, 24+v)
+				case j > 4:
+					g.i("VUSHR $%d, V%d.B16, V27.B16", j-4, 24+v)
+				default:
+					g.i("VORR V%d.B16, V%d.B16, V27.B16", 24+v, 24+v)
+				}
+				g.i("VAND V31.B16, V27.B16, V27.B16")
+				g.i("VORR V27.B16, V%d.B16, V%d.B16", 2+v, 2+v)
+			case "Q6_K":
+				switch {
+				case 2*k < 4:
+					g.i("VSHL $%d, V%d.B16, V27.B16", 4-2*k, 24+v)
+				case 2*k > 4:
+					g.i("VUSHR $%d, V%d.B16, V27.B16", 2*k-4, 24+v)
+				default:
+					g.i("VORR V%d.B16, V%d.B16, V27.B16", 24+v, 24+v)
+				}
+				g.i("VAND V31.B16, V27.B16, V27.B16")
+				g.i("VORR V27.B16, V%d.B16, V%d.B16", 2+v, 2+v)
+				g.i("VSUB V26.B16, V%d.B16, V%d.B16", 2+v, 2+v)
+			}
+		}
+		g.i("ADD $%d, R1, R7", 64*j)
+		g.i("VLD1 (R7), [V4.B16, V5.B16]")
+		if kind == "Q6_K" {
+			neonKIntDot(g, 6, 2, 4, dotprod)
+			neonKIntDot(g, 8, 3, 5, dotprod)
+			g.i(addv(6, 6))
+			g.i(addv(8, 8))
+			g.i("FMOVS F6, %d(R2)", 8*j)
+			g.i("FMOVS F8, %d(R2)", 8*j+4)
+			continue
+		}
+		neonKIntDot(g, 6, 2, 4, dotprod)
+		if dotprod {
+			g.i(sdot(6, 3, 5))
+		} else {
+			g.i(smull(7, 3, 5))
+			g.i(smlal2(7, 3, 5))
+			g.i(sadalp(6, 7))
+		}
+		g.i(addv(6, 6))
+		g.i("FMOVS F6, %d(R2)", 4*j)
+	}
+	g.i("RET")
+	g.p("")
+}

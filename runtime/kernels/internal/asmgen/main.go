@@ -994,6 +994,10 @@ func arm64(g *gen) {
 	neonKaccumK4(g, false)
 	neonKaccumK4(g, true)
 	neonKaccumQ6(g)
+	for _, kind := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+		neonKDot(g, kind, false)
+		neonKDot(g, kind, true)
+	}
 	neonReadSum(g)
 	neonSwiGLU(g)
 	neonExpSum(g)
