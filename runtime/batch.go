@@ -211,9 +211,7 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 		b.ffn(ss, i)
 	}
 	xb := bf.xb[:B*H]
-	for t := range B {
-		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], m.Norm, c.RMSNormEps)
-	}
+	normRows(xb, x, m.Norm, B, c.RMSNormEps)
 	if need := B * c.Vocab; len(bf.logits) < need {
 		bf.logits = make([]float32, need)
 	}
@@ -238,9 +236,7 @@ func (b *Batcher) attention(ss []*Session, i int) {
 	B, H, hd := len(ss), c.Hidden, c.HeadDim
 	qd, kvd, half := c.Heads*hd, c.KVHeads*hd, hd/2
 	x, xb := bf.x[:B*H], bf.xb[:B*H]
-	for t := range B {
-		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], l.AttnNorm, c.RMSNormEps)
-	}
+	normRows(xb, x, l.AttnNorm, B, c.RMSNormEps)
 	q, k, v := bf.q[:B*qd], bf.k[:B*kvd], bf.v[:B*kvd]
 	b.project(q, l.Q, xb, B, l.QBias)
 	b.project(k, l.K, xb, B, l.KBias)
@@ -271,14 +267,7 @@ func (b *Batcher) attention(ss []*Session, i int) {
 // for each.
 func (b *Batcher) project(dst []float32, w kernels.Mat, src []float32, B int, bias []float32) {
 	kernels.MatVecBatch(b.pool, dst, w, src, B)
-	if bias != nil {
-		for t := range B {
-			d := dst[t*w.Rows : (t+1)*w.Rows]
-			for j, bv := range bias {
-				d[j] += bv
-			}
-		}
-	}
+	addBias(dst, bias, B)
 }
 
 // ffn is Session.ffn for one token of each session. Where every session
@@ -302,9 +291,7 @@ func (b *Batcher) ffn(ss []*Session, i int) {
 		}
 	}
 	xb, y := bf.xb[:B*H], bf.xb2[:B*H]
-	for t := range B {
-		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], b.m.Layers[i].MLPNorm, c.RMSNormEps)
-	}
+	normRows(xb, x, b.m.Layers[i].MLPNorm, B, c.RMSNormEps)
 	kept := f.Kept()
 	g, u := bf.gate[:B*kept], bf.up[:B*kept]
 	b.project(g, f.Gate, xb, B, nil)
@@ -318,17 +305,7 @@ func (b *Batcher) ffn(ss []*Session, i int) {
 	} else {
 		b.project(y, f.Down, g, B, nil)
 	}
-	for j := range x {
-		x[j] += y[j]
-	}
-	if bias := f.DownBias; bias != nil {
-		for t := range B {
-			xt := x[t*H : (t+1)*H]
-			for j, bv := range bias {
-				xt[j] += bv
-			}
-		}
-	}
+	addFFN(x, y, f.DownBias, B)
 }
 
 // plainFFN reports whether layer i's decode step computes every loaded row

@@ -262,9 +262,7 @@ func (s *Session) attention(i, T int) {
 	H, hd := c.Hidden, c.HeadDim
 	qd, kvd := c.Heads*hd, c.KVHeads*hd
 	x, xb := b.x[:T*H], b.xb[:T*H]
-	for t := 0; t < T; t++ {
-		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], l.AttnNorm, c.RMSNormEps)
-	}
+	normRows(xb, x, l.AttnNorm, T, c.RMSNormEps)
 	q, k, v := b.q[:T*qd], b.k[:T*kvd], b.v[:T*kvd]
 	s.project(q, l.Q, xb, T, l.QBias)
 	s.project(k, l.K, xb, T, l.KBias)
@@ -301,14 +299,7 @@ func (s *Session) project(dst []float32, w kernels.Mat, src []float32, T int, bi
 	} else {
 		kernels.MatMul(s.pool, dst, w, src, T)
 	}
-	if bias != nil {
-		for t := 0; t < T; t++ {
-			d := dst[t*w.Rows : (t+1)*w.Rows]
-			for j, bv := range bias {
-				d[j] += bv
-			}
-		}
-	}
+	addBias(dst, bias, T)
 }
 
 // ffn runs the MLP block of layer i over the T tokens in buf.x, adding its
@@ -321,9 +312,7 @@ func (s *Session) ffn(i, T int) {
 	b := &s.buf
 	H := c.Hidden
 	x, xb, y := b.x[:T*H], b.xb[:T*H], b.xb2[:T*H]
-	for t := 0; t < T; t++ {
-		RMSNorm(xb[t*H:(t+1)*H], x[t*H:(t+1)*H], s.m.Layers[i].MLPNorm, c.RMSNormEps)
-	}
+	normRows(xb, x, s.m.Layers[i].MLPNorm, T, c.RMSNormEps)
 	active := s.active[i]
 	if k := s.perToken[i]; k > 0 && T == 1 {
 		s.ffnPerToken(i, k, xb, y)
@@ -374,19 +363,17 @@ func (s *Session) ffn(i, T int) {
 			s.project(y, f.Down, g, T, nil)
 		}
 	}
+	addFFN(x, y, f.DownBias, T)
+}
+
+// addFFN adds an MLP's output y ([T, hidden]) to the residual stream x, then
+// the layer's output bias (a reconstructed layer's, else nil), after the
+// rows (the CUDA backend adds it the same way, as one more row).
+func addFFN(x, y, bias []float32, T int) {
 	for j := range x {
 		x[j] += y[j]
 	}
-	// A reconstructed layer's output bias, added to the residual after the
-	// rows (the CUDA backend adds it the same way, as one more row).
-	if bias := f.DownBias; bias != nil {
-		for t := 0; t < T; t++ {
-			xt := x[t*H : (t+1)*H]
-			for j, bv := range bias {
-				xt[j] += bv
-			}
-		}
-	}
+	addBias(x, bias, T)
 }
 
 // maskedRows finishes a per-token layer i computed over every row (the
@@ -576,6 +563,25 @@ func RMSNorm(dst, x, w []float32, eps float64) {
 	r := float32(1 / math.Sqrt(ss/float64(len(x))+eps))
 	for j, v := range x {
 		dst[j] = w[j] * (v * r)
+	}
+}
+
+// normRows is RMSNorm of each of the T rows of x ([T, len(w)]) into dst.
+func normRows(dst, x, w []float32, T int, eps float64) {
+	n := len(w)
+	for t := range T {
+		RMSNorm(dst[t*n:(t+1)*n], x[t*n:(t+1)*n], w, eps)
+	}
+}
+
+// addBias adds bias ([n]; nil: nothing) to each of the T rows of x ([T, n]).
+func addBias(x, bias []float32, T int) {
+	n := len(bias)
+	for t := range T {
+		xt := x[t*n : (t+1)*n]
+		for j, bv := range bias {
+			xt[j] += bv
+		}
 	}
 }
 

@@ -128,7 +128,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		func(text, finish string, lps []tokenLogprob) any {
 			return map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "logprobs": chatLogprobs(req, lps), "finish_reason": finish}
 		},
-		func(finish string) any {
+		func(finish string) map[string]any {
 			d := map[string]any{}
 			if first {
 				d["role"], d["content"] = "assistant", ""
@@ -191,7 +191,7 @@ func (s *Server) generateWhole(w http.ResponseWriter, r *http.Request, arrived t
 // [DONE]. chunk builds a streamed choice, whole the non-streamed one, last
 // (chat) the final streamed choice.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, encode promptFunc, req request, prefix, object string,
-	chunk func(text string, lps []tokenLogprob) any, whole func(text, finish string, lps []tokenLogprob) any, last func(finish string) any) {
+	chunk func(text string, lps []tokenLogprob) any, whole func(text, finish string, lps []tokenLogprob) any, last func(finish string) map[string]any) {
 	ids, dropped, ok := s.admitEncode(w, encode)
 	if !ok {
 		return
@@ -232,20 +232,34 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, arrived time.Time, 
 		return map[string]any{"id": id, "object": chunkObject, "created": created, "model": model, "choices": choices}
 	}
 	o, err := s.generate(r.Context(), arrived, ids, req, func(t string, l []tokenLogprob) error { return ev.send(frame([]any{chunk(t, l)})) })
+	if !streamFailed(ev, err) {
+		final := map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": o.finish}
+		if last != nil {
+			final = last(o.finish)
+		}
+		endStream(ev, frame, final, o, req)
+	}
+}
+
+// streamFailed ends a stream whose generation failed: nothing more after a
+// cancel (the client left, or the server stops), an error event and [DONE]
+// after another error. It reports whether err was one.
+func streamFailed(ev *sse, err error) bool {
 	if errors.Is(err, errCancelled) {
-		return
+		return true
 	}
 	if err != nil {
 		_ = ev.send(map[string]any{"error": &apiError{Message: err.Error(), Type: "server_error"}})
 		ev.done()
-		return
+		return true
 	}
-	final := frame(nil)
-	if last != nil {
-		final["choices"] = []any{last(o.finish)}
-	} else {
-		final["choices"] = []any{map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": o.finish}}
-	}
+	return false
+}
+
+// endStream sends a finished stream's last chunk (choice, with the timings
+// and dropped_messages), the usage chunk when the request asked, and [DONE].
+func endStream(ev *sse, frame func([]any) map[string]any, choice map[string]any, o outcome, req request) {
+	final := frame([]any{choice})
 	final["timings"] = o.timings
 	if req.dropped > 0 {
 		final["dropped_messages"] = req.dropped

@@ -348,12 +348,7 @@ func (s *Server) streamTools(w http.ResponseWriter, r *http.Request, arrived tim
 		}
 		return nil
 	})
-	if errors.Is(err, errCancelled) {
-		return
-	}
-	if err != nil {
-		_ = ev.send(map[string]any{"error": &apiError{Message: err.Error(), Type: "server_error"}})
-		ev.done()
+	if streamFailed(ev, err) {
 		return
 	}
 	calls, content := tools.parseToolCalls(text.String()[sent:])
@@ -369,18 +364,7 @@ func (s *Server) streamTools(w http.ResponseWriter, r *http.Request, arrived tim
 		_ = delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": c.Function.Arguments}}}}, nil)
 		finish = "tool_calls"
 	}
-	final := frame([]any{map[string]any{"index": 0, "delta": map[string]any{}, "logprobs": nil, "finish_reason": finish}})
-	final["timings"] = o.timings
-	if req.dropped > 0 {
-		final["dropped_messages"] = req.dropped
-	}
-	_ = ev.send(final)
-	if req.includeUsage {
-		u := frame([]any{})
-		u["usage"] = o.usage
-		_ = ev.send(u)
-	}
-	ev.done()
+	endStream(ev, frame, map[string]any{"index": 0, "delta": map[string]any{}, "logprobs": nil, "finish_reason": finish}, o, req)
 }
 
 // heldFrom returns how much of a reply's text so far is surely content: all
