@@ -16,7 +16,9 @@ import (
 // weights computes all of them — the attention projections, the dense FFN
 // and the LM head with kernels.MatVecBatch / AddRowsBatch, which read each
 // block of weights once for the batch, and attention over each session's own
-// KV cache. Decode is memory-bound, so B tokens cost little more than one.
+// KV cache. Where decode waits on memory, B tokens cost little more than
+// one; each token's products are still computed on their own, so where it
+// waits on arithmetic the batch gains little (README's figures).
 // A layer whose rows a session picks for itself (SelectInfer's active set,
 // GateFirst's per-token rows, the masked references) runs that session's
 // own FFN. Every token's logits are bit for bit those of Session.Forward
@@ -152,7 +154,7 @@ func (b *Batcher) loop() {
 		step, ids, sessions = step[:0], ids[:0], sessions[:0]
 		for _, r := range pending {
 			if r.fn != nil {
-				r.err <- r.fn()
+				r.err <- safely(r.fn)
 				continue
 			}
 			if err := r.s.checkStep(r.id); err != nil {
@@ -164,13 +166,25 @@ func (b *Batcher) loop() {
 		if len(step) == 0 {
 			continue
 		}
-		err := b.decode(sessions, ids)
+		err := safely(func() error { return b.decode(sessions, ids) })
 		b.steps.Add(1)
 		b.tokens.Add(uint64(len(step)))
 		for _, r := range step {
 			r.err <- err
 		}
 	}
+}
+
+// safely runs f on the batcher's goroutine, where a panic would end the
+// process (a handler's panic ends only its request): it becomes the error of
+// the requests f served.
+func safely(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("batch: internal error: %v", r)
+		}
+	}()
+	return f()
 }
 
 // checkStep returns the error Forward would give one more token id.
