@@ -846,7 +846,11 @@ func TestLoad(t *testing.T) {
 	file, _ := files(t)
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
-			ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 1, context: 256, batched: batched, threads: 2})
+			threads := 1 // per slot, as before the batch existed
+			if batched {
+				threads = 2 // the one shared pool
+			}
+			ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 1, context: 256, batched: batched, threads: threads})
 			rep, err := load.Run(context.Background(), load.Options{URL: ts.URL, MaxTokens: 16, Clients: 4, Requests: 50,
 				Prompts: []string{"Once upon a time", "The dog", "Lily and Tom", "One day", "The sun was"}})
 			require.NoError(t, err)
