@@ -167,6 +167,7 @@ type job struct {
 	xd   []float32 // and their scales
 	// parts: AddRowsPart's partial sums, one buffer per chunk
 	parts [][]float32
+	chunk int // the units of the pool's widest chunk (set by run)
 }
 
 // colAlign returns the multiple that the pool keeps the job's ranges to
@@ -228,7 +229,7 @@ func (j *job) scratchNeed() (need scratchSize) {
 			return need // accumulated straight from the weights
 		}
 		tt, tc, kc := j.ks.tt, j.ks.tc, min(j.w.Rows, gemmKC)
-		cb, np := matMulTBlock(j.ks, j.w, j.t)
+		cb, np := matMulTBlock(j.ks, j.w, j.t, j.chunk)
 		need.pack = np*kc*tc + tt*kc + tt*np*tc + j.t/tt*tt*tc
 		if j.w.DType.Quantized() {
 			need.qw = cb
@@ -264,7 +265,7 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 		t0, t1 := lo*j.ks.gt, min(hi*j.ks.gt, j.t)
 		matMulRange(j.ks, j.dst[t0*R:t1*R], j.w, j.x[t0*C:t1*C], t1-t0, 0, R, s)
 	case opMatMulT:
-		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
+		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, j.chunk, s)
 	case opMatVecBatch, opAddRowsBatch, opAddRowsPartBatch:
 		j.batchDo(lo, hi, c)
 	case opRead:
@@ -587,23 +588,25 @@ func PackScratchBytes(threads, rows, cols int) int64 {
 // and the panels that holds (npMax), whatever the chunk: a chunk narrower
 // than cb takes fewer, so the scratch sized from them (scratchNeed) serves
 // every chunk of the call.
-func matMulTBlock(ks *kernelSet, w Mat, T int) (cb, npMax int) {
+func matMulTBlock(ks *kernelSet, w Mat, T, chunk int) (cb, npMax int) {
 	tc, kc := ks.tc, min(w.Rows, gemmKC)
 	cb = max(tc, gemmPackBytes/(4*max(kc, 1))/tc*tc)
+	a := tc // a whole number of panels (and, quantized, of blocks)
 	if w.DType.Quantized() {
-		a := tc // a whole number of panels and of blocks
 		for a%qBlockElems[qIndex(w.DType)] != 0 {
 			a += tc
 		}
 		cb = max(a, cb/a*a)
 	}
+	// no wider than the pool's chunks: a small matrix reserves no more
+	cb = min(cb, (max(chunk, 1)+a-1)/a*a)
 	return cb, (cb + tc - 1) / tc
 }
 
 // matMulTRange computes dst[t, c] for columns c in [lo, hi) and every token t.
 // Tokens go tt at a time through the tt×tc micro-kernel; the last partial
 // group and the last partial panel of a block go through zero-padded scratch.
-func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi int, s *scratch) {
+func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi, chunk int, s *scratch) {
 	K, C, rb := w.Rows, w.Cols, w.RowBytes()
 	// Block-quantized rows are dequantized, a row's columns of the block at
 	// a time, to float32 in s.qw (their dtype index d is then F32's); the
@@ -645,7 +648,7 @@ func matMulTRange(ks *kernelSet, dst []float32, w Mat, a []float32, T, lo, hi in
 	}
 	groups, rem := T/tt, T%tt
 	kc := min(K, gemmKC)
-	cbMax, npMax := matMulTBlock(ks, w, T)
+	cbMax, npMax := matMulTBlock(ks, w, T, chunk)
 	cb := min(hi-lo, cbMax)
 	pstride := kc * tc // floats per panel
 	buf := s.pack

@@ -364,6 +364,7 @@ func (p *Pool) run(j job, n int) (parts int) {
 		panic("kernels: Pool used after Close")
 	}
 	chunk, total := p.split(&j, n)
+	j.chunk = chunk
 	p.reserve(&j)
 	switch j.op {
 	case opAddRowsPart:
