@@ -29,7 +29,7 @@ func TestBatchEqualsSingle(t *testing.T) {
 					} else {
 						m = randMat(rng, dt, R, C, 0)
 					}
-					for _, B := range []int{1, 3, 5} {
+					for _, B := range []int{3} { // B = 1 is MatVec and AddRows themselves
 						x := randVec(rng, B*C)
 						got := make([]float32, B*R)
 						MatVecBatch(p, got, m.Mat, x, B)
