@@ -157,7 +157,7 @@ func (b *Batcher) loop() {
 				r.err <- safely(r.fn)
 				continue
 			}
-			if err := r.s.checkStep(r.id); err != nil {
+			if err := r.s.checkTokens([]int{r.id}); err != nil {
 				r.err <- err
 				continue
 			}
@@ -187,18 +187,7 @@ func safely(f func() error) (err error) {
 	return f()
 }
 
-// checkStep returns the error Forward would give one more token id.
-func (s *Session) checkStep(id int) error {
-	if s.pos+1 > s.ctx {
-		return fmt.Errorf("%w: %d positions filled + 1 new > context %d", ErrContextFull, s.pos, s.ctx)
-	}
-	if id < 0 || id >= s.m.Config.Vocab {
-		return fmt.Errorf("forward: token id %d outside [0, %d)", id, s.m.Config.Vocab)
-	}
-	return nil
-}
-
-// decode feeds ids[t] to sessions ss[t] (checked: checkStep) at their own
+// decode feeds ids[t] to sessions ss[t] (checked: checkTokens) at their own
 // positions, one pass over the weights, leaving each session's logits where
 // Forward leaves them. A memory fault reading the weights is returned as
 // Forward returns it.

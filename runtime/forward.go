@@ -210,13 +210,8 @@ func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 	if T == 0 {
 		return nil, errors.New("forward: no tokens")
 	}
-	if s.pos+T > s.ctx {
-		return nil, fmt.Errorf("%w: %d positions filled + %d new > context %d", ErrContextFull, s.pos, T, s.ctx)
-	}
-	for _, t := range tokens {
-		if t < 0 || t >= c.Vocab {
-			return nil, fmt.Errorf("forward: token id %d outside [0, %d)", t, c.Vocab)
-		}
+	if err := s.checkTokens(tokens); err != nil {
+		return nil, err
 	}
 	s.ensure(T)
 	b := &s.buf
@@ -250,6 +245,20 @@ func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 	}
 	s.pos += T
 	return logits, nil
+}
+
+// checkTokens returns the error of feeding tokens next: past the context
+// (ErrContextFull), or an id outside the vocabulary.
+func (s *Session) checkTokens(tokens []int) error {
+	if s.pos+len(tokens) > s.ctx {
+		return fmt.Errorf("%w: %d positions filled + %d new > context %d", ErrContextFull, s.pos, len(tokens), s.ctx)
+	}
+	for _, t := range tokens {
+		if t < 0 || t >= s.m.Config.Vocab {
+			return fmt.Errorf("forward: token id %d outside [0, %d)", t, s.m.Config.Vocab)
+		}
+	}
+	return nil
 }
 
 // attention runs the self-attention block of layer i on the T tokens in
