@@ -132,6 +132,36 @@ func qaxpy4Q4_0AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer,
 //go:noescape
 func qcvtQ4_0AVX2(dst *float32, src unsafe.Pointer, nb int)
 
+//go:noescape
+func qdotRowsQ5_0AVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ5_0AVXVNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ5_0AVX512VNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpy4Q5_0AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qcvtQ5_0AVX2(dst *float32, src unsafe.Pointer, nb int)
+
+//go:noescape
+func qdotRowsQ5_1AVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ5_1AVXVNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ5_1AVX512VNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpy4Q5_1AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qcvtQ5_1AVX2(dst *float32, src unsafe.Pointer, nb int)
+
 // AVX512 kernel shapes.
 const (
 	blkAVX512  = 32

@@ -133,6 +133,30 @@ func qaxpyRowsQ4_0NEON(dst *float32, w unsafe.Pointer, stride int, idx *int32, a
 func qcvtQ4_0NEON(dst *float32, src unsafe.Pointer, nb int)
 
 //go:noescape
+func qdotRowsQ5_0NEON(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ5_0DOTPROD(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpy4Q5_0NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qcvtQ5_0NEON(dst *float32, src unsafe.Pointer, nb int)
+
+//go:noescape
+func qdotRowsQ5_1NEON(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ5_1DOTPROD(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qaxpy4Q5_1NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qcvtQ5_1NEON(dst *float32, src unsafe.Pointer, nb int)
+
+//go:noescape
 func kaccumQ4_KNEON(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)
 
 //go:noescape

@@ -24,10 +24,10 @@ var avx2Set = &kernelSet{
 	readSum:   readSumAVX2,
 	swiglu:    swigluAVX2,
 	expSum:    expSumAVX2,
-	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
-	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
+	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2, qdotRowsQ5_0AVX2, qdotRowsQ5_1AVX2},
+	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2, qcvtQ5_0AVX2, qcvtQ5_1AVX2},
 	quantizeX: quantizeXAVX2,
-	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
+	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
 }
 
 var avx512Set = &kernelSet{
@@ -47,10 +47,10 @@ var avx512Set = &kernelSet{
 	expSum:    expSumAVX2,
 	// Block-quantized rows: the AVX2 kernels (one block of 32 weights a
 	// step; 512-bit forms unmeasured, as no AVX-512 machine was at hand).
-	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2},
-	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2},
+	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2, qdotRowsQ5_0AVX2, qdotRowsQ5_1AVX2},
+	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2, qcvtQ5_0AVX2, qcvtQ5_1AVX2},
 	quantizeX: quantizeXAVX2,
-	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2},
+	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
 }
 
 // The VNNI sets are the AVX2 and AVX-512 sets with the decode dots of the
@@ -70,22 +70,29 @@ var avx512Set = &kernelSet{
 // The AVX-512 set's other kernels were 1.1–2.0× faster than AVX2's there (F16
 // dot 6.2 against 12.5 µs, F16 axpy 7.0 against 13.9), none slower.
 var (
-	avxvnniSet = withVNNI(avx2Set, "avxvnni", qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI)
+	avxvnniSet = withVNNI(avx2Set, "avxvnni", vnniDots)
 	// avx512vnniSet's dots are the EVEX ones here; init swaps in the VEX
 	// ones on a CPU with AVX-VNNI.
-	avx512vnniSet = withVNNI(avx512Set, "avx512vnni", qdotRowsQ8_0AVX512VNNI, qdotRowsQ4_0AVX512VNNI)
+	avx512vnniSet = withVNNI(avx512Set, "avx512vnni", evexDots)
+)
+
+// vnniDots and evexDots are the VEX (AVX-VNNI) and EVEX (AVX512-VNNI)
+// qdotRows of Q8_0, Q4_0, Q5_0 and Q5_1, q table entries 0–3.
+var (
+	vnniDots = [4]qdotFunc{qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI, qdotRowsQ5_0AVXVNNI, qdotRowsQ5_1AVXVNNI}
+	evexDots = [4]qdotFunc{qdotRowsQ8_0AVX512VNNI, qdotRowsQ4_0AVX512VNNI, qdotRowsQ5_0AVX512VNNI, qdotRowsQ5_1AVX512VNNI}
 )
 
 // qdotVariants lists the raw qdotRows forms this CPU runs, by name, so that
 // TestQuantRawDot checks those no set of this CPU uses too.
-func qdotVariants() map[string][2]qdotFunc {
-	v := map[string][2]qdotFunc{}
+func qdotVariants() map[string][4]qdotFunc {
+	v := map[string][4]qdotFunc{}
 	x := cpu.X86
 	if x.HasAVXVNNI {
-		v["avxvnni"] = [2]qdotFunc{qdotRowsQ8_0AVXVNNI, qdotRowsQ4_0AVXVNNI}
+		v["avxvnni"] = vnniDots
 	}
 	if x.HasAVX512VL && x.HasAVX512VNNI {
-		v["avx512vnni-evex"] = [2]qdotFunc{qdotRowsQ8_0AVX512VNNI, qdotRowsQ4_0AVX512VNNI}
+		v["avx512vnni-evex"] = evexDots
 	}
 	return v
 }
@@ -96,18 +103,18 @@ func init() {
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")
 	avx512vnniSet.features = append(slices.Clone(avx512Set.features), "avx512vl", "avx512_vnni")
 	if cpu.X86.HasAVXVNNI { // the faster form (above)
-		avx512vnniSet.qdotRows[0], avx512vnniSet.qdotRows[1] = avxvnniSet.qdotRows[0], avxvnniSet.qdotRows[1]
+		copy(avx512vnniSet.qdotRows[:4], vnniDots[:])
 		avx512vnniSet.features = append(slices.Clone(avx512Set.features), "avx_vnni")
 	}
 }
 
-// withVNNI returns a copy of ks named name with the integer dot products q8
-// and q4 for Q8_0 and Q4_0 rows (q table entries 0 and 1; the other dtypes'
-// kernels are ks's: archQKernels, fillPortableQ).
-func withVNNI(ks *kernelSet, name string, q8, q4 qdotFunc) *kernelSet {
+// withVNNI returns a copy of ks named name with the integer dot products
+// dots for Q8_0, Q4_0, Q5_0 and Q5_1 rows (q table entries 0–3; the
+// K-quants' kernels are ks's: archQKernels, fillPortableQ).
+func withVNNI(ks *kernelSet, name string, dots [4]qdotFunc) *kernelSet {
 	c := *ks
 	c.name = name
-	c.qdotRows[0], c.qdotRows[1] = q8, q4
+	copy(c.qdotRows[:4], dots[:])
 	return &c
 }
 

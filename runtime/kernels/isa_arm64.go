@@ -26,10 +26,10 @@ var neonSet = &kernelSet{
 	swiglu:    swigluNEON,
 	expSum:    expSumNEON,
 	// Block-quantized rows (quant.go); x is quantized by the portable code.
-	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0NEON, qdotRowsQ4_0NEON},
-	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON},
+	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0NEON, qdotRowsQ4_0NEON, qdotRowsQ5_0NEON, qdotRowsQ5_1NEON},
+	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON, qcvtQ5_0NEON, qcvtQ5_1NEON},
 	quantizeX: quantizeXGo,
-	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON},
+	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON, qaxpy4Q5_0NEON, qaxpy4Q5_1NEON},
 }
 
 // dotprodSet is neonSet with the decode dots of block-quantized rows done
@@ -38,7 +38,7 @@ var dotprodSet = func() *kernelSet {
 	c := *neonSet
 	c.name = "dotprod"
 	c.features = []string{"asimd", "asimddp"}
-	c.qdotRows[0], c.qdotRows[1] = qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD // Q8_0, Q4_0 (the rest: neonSet's)
+	copy(c.qdotRows[:4], []qdotFunc{qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD, qdotRowsQ5_0DOTPROD, qdotRowsQ5_1DOTPROD}) // Q8_0, Q4_0, Q5_0, Q5_1 (the K-quants': archQKernels)
 	return &c
 }()
 
@@ -59,4 +59,4 @@ var declaredSets = []*kernelSet{dotprodSet, neonSet}
 
 // qdotVariants lists the raw qdotRows forms this CPU runs beyond its sets'
 // (none here).
-func qdotVariants() map[string][2]qdotFunc { return nil }
+func qdotVariants() map[string][4]qdotFunc { return nil }

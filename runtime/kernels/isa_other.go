@@ -9,4 +9,4 @@ func archSets() []*kernelSet { return nil }
 var declaredSets []*kernelSet
 
 // qdotVariants lists the raw qdotRows forms this CPU runs beyond its sets'.
-func qdotVariants() map[string][2]qdotFunc { return nil }
+func qdotVariants() map[string][4]qdotFunc { return nil }

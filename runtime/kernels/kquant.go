@@ -8,18 +8,18 @@ import (
 )
 
 // Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K (spec/sinf.md §5.2–5.3), q
-// table indices 2–6: portable kernels, used by every set (the SIMD sets
-// have forms for Q8_0 and Q4_0 only; fillPortableQ puts these in their
-// tables). Decode takes x as quantizeX leaves it, int8 blocks of 32 with a
-// float32 scale xd[b] and the block sum xd[nb32+b] = 8·d·Σq (AVX2 has a
-// form of the K-quants', kquant_amd64.s): a weight block
+// table indices 2–6: portable kernels, which fillPortableQ puts into every
+// set's entries that have no SIMD form (amd64 has AVX2 forms of the three
+// Q5_0/Q5_1 kernels, kernels_amd64.s, and of the K-quants', kquant_amd64.s).
+// Decode takes x as quantizeX leaves it, int8 blocks of 32 with a float32
+// scale xd[b] and the block sum xd[nb32+b] = 8·d·Σq: a weight block
 // contributes its scale times the integer dot of its levels with the x
 // levels, minus (for the dtypes with a minimum) the minimum times x's block
 // sum, as GGML's vec_dot kernels do with Q8_K (whose x blocks are 256 long;
 // ours are 32, so x is quantized a little more finely). Prefill and the
-// neuron-row accumulation dequantize Q5_0 and Q5_1 with format.Dequantize,
-// and the K-quants through kaxpy4 and kcvt (below; amd64 has AVX2 forms of
-// their inner kernel, kquant_amd64.go).
+// neuron-row accumulation dequantize Q5_0 and Q5_1 with format.Dequantize
+// where there is no SIMD form, and the K-quants through kaxpy4 and kcvt
+// (below; amd64 and arm64 have SIMD forms of their inner kernel).
 
 func init() {
 	archQKernels()

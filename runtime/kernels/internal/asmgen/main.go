@@ -154,7 +154,7 @@ func amd64(g *gen) {
 		}
 		x.gemmT(g)
 		if x.name == "AVX2" {
-			for _, q := range qtypes {
+			for _, q := range append(qtypes, q5types...) {
 				x.qdotRows(g, q, "")
 				x.qdotRows(g, q, "AVXVNNI")
 				x.qdotRows(g, q, "AVX512VNNI")
@@ -984,11 +984,13 @@ func arm64(g *gen) {
 		neonCvtPanels(g, d, tc)
 	}
 	neonGemmT(g, tt, tc)
-	for _, q := range qtypes {
+	for _, q := range append(qtypes, q5types...) {
 		neonQDotRows(g, q, false)
 		neonQDotRows(g, q, true)
 		neonQAxpy4(g, q)
-		neonQAxpyRows(g, q)
+		if q.qh == 0 {
+			neonQAxpyRows(g, q)
+		}
 		neonQCvt(g, q)
 	}
 	neonKaccumK4(g, false)

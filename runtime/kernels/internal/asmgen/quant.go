@@ -9,11 +9,69 @@ import "fmt"
 // weights per step, 256-bit registers already outrun memory.
 
 type qtype struct {
-	name string // Q8_0, Q4_0
+	name string // Q8_0, Q4_0, Q5_0, Q5_1
 	bb   int    // bytes per block
+	qh   int    // offset of the 32 high bits (Q5_0, Q5_1; 0: none)
+	qs   int    // offset of the levels (int8 or nibbles)
+	min  bool   // an F16 minimum at offset 2, added to every weight (Q5_1)
 }
 
-var qtypes = []qtype{{"Q8_0", 34}, {"Q4_0", 18}}
+var qtypes = []qtype{{name: "Q8_0", bb: 34, qs: 2}, {name: "Q4_0", bb: 18, qs: 2}}
+
+// q5types are GGML's Q5_0 (d, qh, nibbles; weight (q−16)·d) and Q5_1 (d, m,
+// qh, nibbles; weight q·d + m), q = nibble | bit·16 with bit e of the
+// little-endian qh word element e's fifth bit (spec §5.2): llama-quantize's
+// fallbacks of Q4_K and Q5_K for rows that are not whole super-blocks, which
+// most matrices of a Q4_K_M SmolLM2-135M (hidden 576) take. amd64 only (the
+// NEON set runs them portably).
+var q5types = []qtype{{name: "Q5_0", bb: 22, qh: 2, qs: 6}, {name: "Q5_1", bb: 24, qh: 4, qs: 8, min: true}}
+
+// q5Consts sets the registers q5Bits uses: Y15 the byte shuffle that puts
+// byte i/8 of a broadcast dword in byte i (lane-local: the high lane's
+// indices 2, 3), Y8 bytes with every bit but i mod 8 set, Y12 all ones and
+// Y7 bytes 0x10 (tmp is clobbered).
+func q5Consts(g *gen, tmp string) {
+	g.i("VMOVDQU q5Shuf<>(SB), Y15")
+	g.i("VMOVDQU q5Bits<>(SB), Y8")
+	g.i("VPCMPEQB Y12, Y12, Y12")
+	g.i("MOVL $0x10101010, %s", tmp)
+	g.i("VMOVD %s, X7", tmp)
+	g.i("VPBROADCASTD X7, Y7")
+}
+
+// q5Bits ORs the fifth bits of the block whose qh word is at mem into the
+// 32 level bytes of Y<u> (element order), 0x10 where the bit is set; Y6 is
+// clobbered. The bit-to-byte expansion of GGML's AVX2 bytes_from_bits_32.
+func q5Bits(g *gen, mem string, u int) {
+	g.i("VPBROADCASTD %s, Y6", mem)
+	g.i("VPSHUFB Y15, Y6, Y6")
+	g.i("VPOR Y8, Y6, Y6")
+	g.i("VPCMPEQB Y12, Y6, Y6")
+	g.i("VPAND Y7, Y6, Y6")
+	g.i("VPOR Y6, Y%d, Y%d", u, u)
+}
+
+// q5Data is the constants of q5Consts.
+func q5Data(g *gen) {
+	for i := 0; i < 32; i++ {
+		g.p("DATA q5Shuf<>+%d(SB)/1, $%d", i, i/8)
+	}
+	g.p("GLOBL q5Shuf<>(SB), RODATA|NOPTR, $32")
+	for i := 0; i < 4; i++ {
+		g.p("DATA q5Bits<>+%d(SB)/8, $0x7fbfdfeff7fbfdfe", 8*i)
+	}
+	g.p("GLOBL q5Bits<>(SB), RODATA|NOPTR, $32")
+	for i := 0; i < 32; i++ { // qaxpy4's per-dword shift counts: element i's bit
+		g.p("DATA q5Shifts<>+%d(SB)/4, $%d", 4*i, i)
+	}
+	g.p("GLOBL q5Shifts<>(SB), RODATA|NOPTR, $128")
+	for i := 0; i < 8; i++ {
+		g.p("DATA q5One<>+%d(SB)/4, $1", 4*i)
+		g.p("DATA q5Nib<>+%d(SB)/4, $15", 4*i)
+	}
+	g.p("GLOBL q5One<>(SB), RODATA|NOPTR, $32")
+	g.p("GLOBL q5Nib<>(SB), RODATA|NOPTR, $32")
+}
 
 // qConsts sets Y14 to sixteen int16 ones, then qMasks (with R13).
 func qConsts(g *gen) {
@@ -57,7 +115,10 @@ func vpdpbusdVEX(dst, u, s int) string {
 // int8 products go through VPMADDUBSW on |w| and x·sign(w) (|w| ≤ 128,
 // |x| ≤ 127: no saturation), then VPMADDWD to int32, as GGML's AVX2 dot
 // products do. Q4_0 multiplies the unsigned nibbles q (0..15) by x directly
-// and subtracts d_w times the correction: Σ (q−8)·x = Σ q·x − 8·Σ x.
+// and subtracts d_w times the correction: Σ (q−8)·x = Σ q·x − 8·Σ x. Q5_0
+// and Q5_1 multiply their 5-bit q (0..31, q5Bits) the same way: Q5_0
+// subtracts twice the Q4_0 correction (16·Σ x), Q5_1 adds m_w times an
+// eighth of it (m·Σ x).
 //
 // vnni selects the integer dot product: "" the AVX2 pair of multiplies,
 // "AVXVNNI" the VEX VPDPBUSD of AVX-VNNI, "AVX512VNNI" the EVEX VPDPBUSD of
@@ -82,6 +143,9 @@ func (x x86) qdotRows(g *gen, q qtype, vnni string) {
 	g.i("MOVQ ·f16Table(SB), R14")
 	qConsts(g)
 	g.i("VMOVDQU qShift4<>(SB), Y11")
+	if q.qh > 0 {
+		q5Consts(g, "R13")
+	}
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
 	x86RowStart(g)
@@ -110,9 +174,12 @@ func (x x86) qdotRows(g *gen, q qtype, vnni string) {
 			// right by 4 (Y11), then masked: low nibbles below, high
 			// nibbles above. Two ALU operations where VPSRLW, VINSERTI128
 			// and VPAND took three: 30% of the block's time on Zen 3.
-			g.i("VBROADCASTI128 %s, Y2", mem(2))
+			g.i("VBROADCASTI128 %s, Y2", mem(q.qs))
 			g.i("VPSRLVD Y11, Y2, Y2")
 			g.i("VPAND Y13, Y2, Y2")
+			if q.qh > 0 {
+				q5Bits(g, mem(q.qh), 2)
+			}
 			u = 2
 			if vnni == "AVXVNNI" {
 				g.i("VMOVDQU %d(SI), Y3", 64*k)
@@ -144,11 +211,16 @@ func (x x86) qdotRows(g *gen, q qtype, vnni string) {
 		}
 		g.i("MOVWLZX %s, R13", mem(0))
 		g.i("VBROADCASTSS (R14)(R13*4), Y5") // d_w
-		if q.name == "Q4_0" {
+		if q.name == "Q4_0" || q.name == "Q5_0" {
 			g.i("VFMADD231SS %d(DX)(CX*4), X5, X%d", 4*k, 9+k)
 		}
 		g.i("VMULPS Y5, Y4, Y4")
 		g.i("VFMADD231PS %d(SI), Y4, Y%d", 64*k+32, acc) // · d_x
+		if q.min {
+			g.i("MOVWLZX %s, R13", mem(2))
+			g.i("VMOVSS (R14)(R13*4), X6") // m_w
+			g.i("VFMADD231SS %d(DX)(CX*4), X6, X%d", 4*k, 9+k)
+		}
 	}
 	g.i("CMPQ R15, $-2")
 	g.i("JG one")
@@ -175,9 +247,19 @@ func (x x86) qdotRows(g *gen, q qtype, vnni string) {
 	g.i("VADDPS X1, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
-	if q.name == "Q4_0" {
+	switch {
+	case q.name == "Q4_0":
 		g.i("VADDSS X10, X9, X9")
 		g.i("VSUBSS X9, X0, X0")
+	case q.name == "Q5_0":
+		g.i("VADDSS X10, X9, X9")
+		g.i("VADDSS X9, X9, X9")
+		g.i("VSUBSS X9, X0, X0")
+	case q.min:
+		g.i("VADDSS X10, X9, X9")
+		g.i("MOVL $0x3e000000, R13") // 1/8
+		g.i("VMOVD R13, X10")
+		g.i("VFMADD231SS X10, X9, X0")
 	}
 	g.i("VMOVSS X0, (DI)")
 	g.i("ADDQ $4, DI")
@@ -190,11 +272,33 @@ func (x x86) qdotRows(g *gen, q qtype, vnni string) {
 
 // qDequant leaves the 32 weights q of the block at (R8)(AX*1) as float32 in
 // Y0..Y3 (elements 0–7, 8–15, 16–23, 24–31) and its scale d (from the F16
-// table at R14; R13 is clobbered) in Y5.
+// table at R14; R13 is clobbered) in Y5; for Q5_1 its minimum in Y6 (Q5_0 and
+// Q5_1 need qShift4 in Y11 and q5Consts).
 func qDequant(g *gen, q qtype) {
 	g.i("MOVWLZX (R8)(AX*1), R13")
 	g.i("VBROADCASTSS (R14)(R13*4), Y5")
-	if q.name == "Q8_0" {
+	if q.qh > 0 {
+		g.i("VBROADCASTI128 %d(R8)(AX*1), Y4", q.qs)
+		g.i("VPSRLVD Y11, Y4, Y4")
+		g.i("VPAND Y13, Y4, Y4")
+		q5Bits(g, fmt.Sprintf("%d(R8)(AX*1)", q.qh), 4)
+		ext := "VPMOVZXBD"
+		if !q.min {
+			g.i("VPSUBB Y7, Y4, Y4") // q − 16, signed
+			ext = "VPMOVSXBD"
+		}
+		g.i("%s X4, Y0", ext)
+		g.i("VPSRLDQ $8, X4, X6")
+		g.i("%s X6, Y1", ext)
+		g.i("VEXTRACTI128 $1, Y4, X4")
+		g.i("%s X4, Y2", ext)
+		g.i("VPSRLDQ $8, X4, X6")
+		g.i("%s X6, Y3", ext)
+		if q.min {
+			g.i("MOVWLZX 2(R8)(AX*1), R13")
+			g.i("VBROADCASTSS (R14)(R13*4), Y6")
+		}
+	} else if q.name == "Q8_0" {
 		for k := 0; k < 4; k++ {
 			g.i("VPMOVSXBD %d(R8)(AX*1), Y%d", 2+8*k, k)
 		}
@@ -226,13 +330,20 @@ func (x x86) qcvt(g *gen, q qtype) {
 	g.i("MOVQ nb+16(FP), CX")
 	g.i("MOVQ ·f16Table(SB), R14")
 	qMasks(g, "R13")
+	if q.qh > 0 {
+		g.i("VMOVDQU qShift4<>(SB), Y11")
+		q5Consts(g, "R13")
+	}
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
 	g.p("blk:")
 	qDequant(g, q)
 	for k := 0; k < 4; k++ {
-		g.i("VMULPS Y5, Y%d, Y%d", k, k)
+		g.i("VMULPS Y5, Y%d, Y%d", k, k) // q·d, then + m: format.Dequantize's roundings
+		if q.min {
+			g.i("VADDPS Y6, Y%d, Y%d", k, k)
+		}
 		g.i("VMOVUPS Y%d, %d(DI)", k, 32*k)
 	}
 	g.i("ADDQ $%d, AX", q.bb)
@@ -259,6 +370,7 @@ func quantizeXAVX2(g *gen) {
 		g.p("DATA qShift4<>+%d(SB)/4, $%d", 4*l, 4*(l/4))
 	}
 	g.p("GLOBL qShift4<>(SB), RODATA|NOPTR, $32")
+	q5Data(g)
 	g.p("")
 	name := "quantizeXAVX2"
 	g.decl("//go:noescape\nfunc %s(xq *int8, xd *float32, x *float32, nb int)", name)
@@ -367,8 +479,11 @@ func sxtl(d, n int, h, hi bool) string {
 
 // neonQWeights loads the 32 weights of the block at R9 as signed bytes:
 // elements 0–15 in V0, 16–31 in V1 (Q4_0: V30 holds bytes 0x0F, V29 bytes 8).
-func neonQWeights(g *gen, q qtype) {
-	g.i("ADD $2, R9, R15")
+// Q5_0 and Q5_1 take their fifth bits through the constants c5 of
+// neonQ5Consts (V29 bytes 16, V2–V4 clobbered): Q5_0's bytes are q − 16,
+// Q5_1's q (0..31).
+func neonQWeights(g *gen, q qtype, c5 [3]int) {
+	g.i("ADD $%d, R9, R15", q.qs)
 	if q.name == "Q8_0" {
 		g.i("VLD1 (R15), [V0.B16, V1.B16]")
 		return
@@ -376,14 +491,69 @@ func neonQWeights(g *gen, q qtype) {
 	g.i("VLD1 (R15), [V0.B16]")
 	g.i("VUSHR $4, V0.B16, V1.B16")
 	g.i("VAND V30.B16, V0.B16, V0.B16")
+	if q.qh > 0 {
+		// Byte e of V3:V4 gets qh's byte e/8 (TBL), all ones where its
+		// bit e mod 8 is set (CMTST), then 16 there (AND).
+		g.i("MOVWU %d(R9), R15", q.qh)
+		g.i("VMOV R15, V2.S[0]")
+		g.i(tbl(3, 2, c5[0]))
+		g.i(tbl(4, 2, c5[1]))
+		g.i(cmtst(3, 3, c5[2]))
+		g.i(cmtst(4, 4, c5[2]))
+		g.i("VAND V29.B16, V3.B16, V3.B16")
+		g.i("VAND V29.B16, V4.B16, V4.B16")
+		g.i("VORR V3.B16, V0.B16, V0.B16")
+		g.i("VORR V4.B16, V1.B16, V1.B16")
+		if q.min {
+			return
+		}
+	}
 	g.i("VSUB V29.B16, V0.B16, V0.B16")
 	g.i("VSUB V29.B16, V1.B16, V1.B16")
 }
 
+// tbl is TBL Vd.16B, {Vn.16B}, Vm.16B: byte i of Vd is byte Vm[i] of Vn (0
+// for an index above 15).
+func tbl(d, n, m int) string {
+	return word(0x4E000000|m<<16|n<<5|d, "TBL V%d.16B, [V%d.16B], V%d.16B", d, n, m)
+}
+
+// cmtst is CMTST Vd.16B, Vn.16B, Vm.16B: byte i all ones where Vn[i] & Vm[i]
+// is not 0, else 0.
+func cmtst(d, n, m int) string {
+	return word(0x4E208C00|m<<16|n<<5|d, "CMTST V%d.16B, V%d.16B, V%d.16B", d, n, m)
+}
+
+// neonQ5Consts sets what neonQWeights needs for Q5_0/Q5_1 (R15 clobbered):
+// V29 bytes 16, and in c5 the TBL indices of elements 0–15 (qh bytes 0, 1,
+// eight times each) and 16–31 (bytes 2, 3) and the bit of each byte (1, 2,
+// …, 128, twice). Nothing for the other dtypes.
+func neonQ5Consts(g *gen, q qtype, c5 [3]int) {
+	if q.qh == 0 {
+		return
+	}
+	g.i("VMOVI $16, V29.B16")
+	for i, half := range [][2]uint64{{0, 0x0101010101010101}, {0x0202020202020202, 0x0303030303030303}} {
+		for l, v := range half {
+			g.i("MOVD $0x%016x, R15", v)
+			g.i("VMOV R15, V%d.D[%d]", c5[i], l)
+		}
+	}
+	g.i("MOVD $0x8040201008040201, R15")
+	g.i("VDUP R15, V%d.D2", c5[2])
+}
+
 // neonQScale sets V20 to the block at R9's scale d_w (from the F16 table at
 // R14) times F<by>, in every lane (R15, R16 clobbered).
-func neonQScale(g *gen, by int) {
-	g.i("MOVHU (R9), R15")
+func neonQScale(g *gen, by int) { neonQScaleAt(g, by, 0) }
+
+// neonQScaleAt is neonQScale for the F16 at R9 + off (Q5_1's minimum at 2).
+func neonQScaleAt(g *gen, by, off int) {
+	if off == 0 {
+		g.i("MOVHU (R9), R15")
+	} else {
+		g.i("MOVHU %d(R9), R15", off)
+	}
 	g.i("MOVWU (R14)(R15<<2), R16")
 	g.i("FMOVS R16, F20")
 	g.i("FMULS F%d, F20, F20", by)
@@ -398,8 +568,8 @@ func neonQConsts(g *gen) {
 
 // neonQDequant leaves the block at R9's 32 weights as float32 in V8..V15
 // (four each, in element order), unscaled.
-func neonQDequant(g *gen, q qtype) {
-	neonQWeights(g, q)
+func neonQDequant(g *gen, q qtype, c5 [3]int) {
+	neonQWeights(g, q, c5)
 	g.i(sxtl(2, 0, false, false))
 	g.i(sxtl(3, 0, false, true))
 	g.i(sxtl(4, 1, false, false))
@@ -440,18 +610,28 @@ func neonQDotRows(g *gen, q qtype, dotprod bool) {
 	g.i("MOVD dst+56(FP), R7")
 	g.i("MOVD pf+64(FP), R8")
 	neonQConsts(g)
+	c5 := [3]int{25, 26, 27}
+	neonQ5Consts(g, q, c5)
+	if q.min {
+		g.i("MOVD xd+32(FP), R19")
+		g.i("ADD R3<<2, R19, R19") // the x block sums 8·d_x·Σq
+	}
 	g.i("CBZ R6, done")
 	g.i("CBZ R3, zeros")
 	neonRowStart(g)
 	g.i("MOVD R2, R4")
 	g.i("MOVD R3, R5")
 	zero(g, 16, 17)
+	if q.min {
+		g.i("MOVD R19, R20")
+		zero(g, 23)
+	}
 	g.p("blk:")
 	g.i("PRFM (R10), PLDL1KEEP")
 	g.i("ADD $%d, R10, R10", q.bb)
 	g.i("FMOVS 32(R4), F21")
 	neonQScale(g, 21)
-	neonQWeights(g, q)
+	neonQWeights(g, q, c5)
 	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
 	if dotprod {
 		g.i("VEOR V6.B16, V6.B16, V6.B16")
@@ -467,11 +647,22 @@ func neonQDotRows(g *gen, q qtype, dotprod bool) {
 	}
 	g.i(scvtfV(6, 6))
 	g.i("VFMLA V20.S4, V6.S4, V16.S4")
+	if q.min { // + m_w·(8·d_x·Σq), an eighth of it below
+		g.i("MOVHU 2(R9), R15")
+		g.i("MOVWU (R14)(R15<<2), R16")
+		g.i("FMOVS R16, F22")
+		g.i("FMOVS.P 4(R20), F24")
+		g.i("FMADDS F22, F23, F24, F23")
+	}
 	g.i("ADD $%d, R9, R9", q.bb)
 	g.i("SUBS $1, R5, R5")
 	g.i("BNE blk")
 	g.i(faddpV(16, 16, 16))
 	g.i(faddpS(16, 16))
+	if q.min {
+		g.i("FMOVS $0.125, F24")
+		g.i("FMADDS F24, F16, F23, F16")
+	}
 	g.i("FMOVS F16, (R7)")
 	g.i("ADD $4, R7, R7")
 	neonRowNext(g)
@@ -512,7 +703,7 @@ func neonQAxpyRows(g *gen, q qtype) {
 	g.i("PRFM (R10), PLDL1KEEP")
 	g.i("ADD $%d, R10, R10", q.bb)
 	neonQScale(g, 24)
-	neonQDequant(g, q)
+	neonQDequant(g, q, [3]int{})
 	for h := 0; h < 2; h++ {
 		g.i("VLD1 (R4), [V16.S4, V17.S4, V18.S4, V19.S4]")
 		for k := 0; k < 4; k++ {
@@ -548,6 +739,8 @@ func neonQAxpy4(g *gen, q qtype) {
 	}
 	g.i("MOVD nb+88(FP), R5")
 	neonQConsts(g)
+	c5 := [3]int{6, 7, 31}
+	neonQ5Consts(g, q, c5)
 	g.i("CBZ R5, done")
 	g.p("blk:")
 	g.i("VLD1.P 64(R4), [V16.S4, V17.S4, V18.S4, V19.S4]")
@@ -558,13 +751,23 @@ func neonQAxpy4(g *gen, q qtype) {
 		g.i("ADD $%d, R%d, R%d", q.bb, 10+r, 10+r)
 		g.i("MOVD R%d, R9", r)
 		neonQScale(g, aregs[r])
-		neonQDequant(g, q)
+		neonQDequant(g, q, c5)
 		for k := 0; k < 8; k++ {
 			acc := 16 + k
 			if k >= 4 {
 				acc = 24 + k - 4
 			}
 			g.i("VFMLA V20.S4, V%d.S4, V%d.S4", 8+k, acc)
+		}
+		if q.min { // + a_r·m_r to every element
+			neonQScaleAt(g, aregs[r], 2)
+			for k := 0; k < 8; k++ {
+				acc := 16 + k
+				if k >= 4 {
+					acc = 24 + k - 4
+				}
+				g.i(faddV(acc, acc, 20))
+			}
 		}
 		g.i("ADD $%d, R%d, R%d", q.bb, r, r)
 	}
@@ -585,13 +788,21 @@ func neonQCvt(g *gen, q qtype) {
 	g.i("MOVD src+8(FP), R9")
 	g.i("MOVD nb+16(FP), R5")
 	neonQConsts(g)
+	c5 := [3]int{22, 23, 25}
+	neonQ5Consts(g, q, c5)
 	g.i("FMOVS $1.0, F24")
 	g.i("CBZ R5, done")
 	g.p("blk:")
 	neonQScale(g, 24)
-	neonQDequant(g, q)
+	neonQDequant(g, q, c5)
 	for k := 8; k < 16; k++ {
-		g.i(fmulV(k, k, 20))
+		g.i(fmulV(k, k, 20)) // q·d, then + m: format.Dequantize's roundings
+	}
+	if q.min {
+		neonQScaleAt(g, 24, 2)
+		for k := 8; k < 16; k++ {
+			g.i(faddV(k, k, 20))
+		}
 	}
 	g.i("VST1.P [V8.S4, V9.S4, V10.S4, V11.S4], 64(R4)")
 	g.i("VST1.P [V12.S4, V13.S4, V14.S4, V15.S4], 64(R4)")
@@ -608,15 +819,22 @@ func neonQCvt(g *gen, q qtype) {
 // are prefetched at the same pace. dst is loaded and stored once per four
 // rows, not once per row: four rows' weights share each
 // block of dst.
+//
+// Q5_0 and Q5_1 take the nibbles as Q4_0 does and OR in the fifth bits per
+// dword (qh shifted right by the element's index, masked, shifted to bit 4;
+// the masks and shift counts from memory, as all sixteen registers are in
+// use); Q5_0 subtracts 16·Σ_r s_r, Q5_1 adds Σ_r a_r·m_r.
 func (x x86) qaxpy4(g *gen, q qtype) {
 	rows, pre := x.axpy4Head(g, "qaxpy4"+q.name+x.name, "nb", 8)
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("MOVL $0x0f, R15") // dword nibble mask
 	g.i("VMOVD R15, X13")
 	g.i("VPBROADCASTD X13, Y13")
-	g.i("MOVL $0xc1000000, R15") // −8.0
-	g.i("VMOVD R15, X5")
-	g.i("VBROADCASTSS X5, Y5")
+	if q.qh == 0 {
+		g.i("MOVL $0xc1000000, R15") // −8.0
+		g.i("VMOVD R15, X5")
+		g.i("VBROADCASTSS X5, Y5")
+	}
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
@@ -643,16 +861,36 @@ func (x x86) qaxpy4(g *gen, q qtype) {
 			// Bytes 0–7 and 8–15 widened to dwords: the low nibble is
 			// element j, the high one (a shift, no mask) element 16+j. The
 			// offset 8 is subtracted once per block below, as −8·Σ_r s_r.
-			g.i("VPMOVZXBD %s, Y6", mem(2))
-			g.i("VPMOVZXBD %s, Y7", mem(10))
+			nib := "Y13"
+			if q.qh > 0 {
+				nib = "q5Nib<>(SB)"
+			}
+			g.i("VPMOVZXBD %s, Y6", mem(q.qs))
+			g.i("VPMOVZXBD %s, Y7", mem(q.qs+8))
 			g.i("VPSRLD $4, Y6, Y14")
 			g.i("VPSRLD $4, Y7, Y15")
-			g.i("VPAND Y13, Y6, Y6")
-			g.i("VPAND Y13, Y7, Y7")
+			g.i("VPAND %s, Y6, Y6", nib)
+			g.i("VPAND %s, Y7, Y7", nib)
+			if q.qh > 0 {
+				g.i("VPBROADCASTD %s, Y5", mem(q.qh))
+				for k, v := range wr {
+					g.i("VPSRLVD q5Shifts<>+%d(SB), Y5, Y13", 32*k)
+					g.i("VPAND q5One<>(SB), Y13, Y13")
+					g.i("VPSLLD $4, Y13, Y13")
+					g.i("VPOR Y13, Y%d, Y%d", v, v)
+				}
+			}
+			c := 4 // what the block adds to every element: s_r (Q4_0, Q5_0) or a_r·m_r
+			if q.min {
+				g.i("MOVWLZX %s, R15", mem(2))
+				g.i("VBROADCASTSS (R14)(R15*4), Y13")
+				g.i("VMULPS Y%d, Y13, Y13", 8+r)
+				c = 13
+			}
 			if r == 0 {
-				g.i("VMOVAPS Y4, Y12")
+				g.i("VMOVAPS Y%d, Y12", c)
 			} else {
-				g.i("VADDPS Y4, Y12, Y12")
+				g.i("VADDPS Y%d, Y12, Y12", c)
 			}
 		}
 		for k, v := range wr {
@@ -660,8 +898,16 @@ func (x x86) qaxpy4(g *gen, q qtype) {
 			g.i("VFMADD231PS Y4, Y%d, Y%d", v, k)
 		}
 	}
-	if q.name == "Q4_0" {
+	switch q.name {
+	case "Q4_0":
 		g.i("VMULPS Y5, Y12, Y12") // −8·Σ_r s_r
+	case "Q5_0":
+		g.i("MOVL $0xc1800000, R15") // −16.0
+		g.i("VMOVD R15, X13")
+		g.i("VBROADCASTSS X13, Y13")
+		g.i("VMULPS Y13, Y12, Y12") // −16·Σ_r s_r
+	}
+	if q.name != "Q8_0" {
 		for k := 0; k < 4; k++ {
 			g.i("VADDPS Y12, Y%d, Y%d", k, k)
 		}
