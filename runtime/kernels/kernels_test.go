@@ -484,7 +484,7 @@ func TestMatMulRowsT(t *testing.T) {
 					K, C := sh[0], sh[1]
 					m := randMat(rng, dt, K, C, rng.IntN(4))
 					for _, T := range Ts {
-						checkMatMulRowsT(t, rng, p, m, T, tolFor(dt))
+						checkMatMulRowsT(t, rng, p, m, T, tolFor(dt), nil)
 					}
 				}
 			}
@@ -504,7 +504,7 @@ func TestMatMulRowsTBlocks(t *testing.T) {
 				K, C := 75, 133
 				m := randMat(rng, dt, K, C, 1)
 				for _, T := range []int{2, 6, 7, 9, 16, 25} {
-					checkMatMulRowsT(t, rng, p, m, T, tolFor(dt))
+					checkMatMulRowsT(t, rng, p, m, T, tolFor(dt), nil)
 				}
 			}
 		})
@@ -779,7 +779,7 @@ func TestRowF32(t *testing.T) {
 // checkMatMulRowsT runs MatMulRowsT of m ([K, C]) on T random coefficient
 // rows (a fifth of them zero) and checks every output against the float64
 // sum within tol of Σ|a·w|.
-func checkMatMulRowsT(t *testing.T, rng *rand.Rand, p *Pool, m testMat, T int, tol float64) {
+func checkMatMulRowsT(t *testing.T, rng *rand.Rand, p *Pool, m testMat, T int, tol float64, extra func(r, c int) float64) {
 	t.Helper()
 	K, C := m.Rows, m.Cols
 	a := randVec(rng, T*K)
@@ -797,6 +797,9 @@ func checkMatMulRowsT(t *testing.T, rng *rand.Rand, p *Pool, m testMat, T int, t
 				v := float64(a[u*K+k]) * m.vals[k*C+c]
 				want += v
 				scale += math.Abs(v)
+				if extra != nil {
+					scale += math.Abs(float64(a[u*K+k])) * extra(k, c)
+				}
 			}
 			checkClose(t, dst[u*C+c], want, scale, tol, "MatMulRowsT %v [%d,%d] T=%d t=%d c=%d", m.DType, K, C, T, u, c)
 		}

@@ -21,6 +21,7 @@ func kquantAMD64(g *gen) {
 	qdotRowsK4AVX2(g, false)
 	qdotRowsK4AVX2(g, true)
 	qdotRowsQ6KAVX2(g)
+	qaxpy4Q4KAVX2(g)
 	kaccumK4AVX2(g, false)
 	kaccumK4AVX2(g, true)
 	kaccumQ6KAVX2(g)
@@ -86,21 +87,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
 	g.i("MOVWLZX 2(R8)(AX*1), R13")
 	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
-	// Scales and minimums: X7 = bytes 0–7, X8 = bytes 8–11.
-	g.i("VMOVQ 4(R8)(AX*1), X7")
-	g.i("VMOVD 12(R8)(AX*1), X8")
-	g.i("VPAND X15, X7, X9")       // dword 0: sc0–3, dword 1: m0–3
-	g.i("VPSRLD $4, X8, X10")      // u2 >> 4
-	g.i("VPUNPCKLDQ X10, X8, X10") // [u2, u2>>4]
-	g.i("VPAND X13, X10, X10")     // low nibbles (sc4–7), high nibbles (m4–7)
-	g.i("VPSRLD $6, X7, X11")      // bits 6–7 of bytes 0–7, at 0–1
-	g.i("VPAND kqMask03<>(SB), X11, X11")
-	g.i("VPSLLD $4, X11, X11")
-	g.i("VPOR X11, X10, X10")     // dword 0: sc4–7, dword 1: m4–7
-	g.i("VPUNPCKLDQ X10, X9, X9") // bytes 0–7: sc0–7, 8–15: m0–7
-	g.i("VPMOVZXBD X9, Y7")
-	g.i("VPSRLDQ $8, X9, X9")
-	g.i("VPMOVZXBD X9, Y8")
+	k4Scales(g, "R8")
 	g.i("VCVTDQ2PS Y7, Y7")
 	g.i("VMULPS Y5, Y7, Y7") // d·sc_j
 	g.i("VMOVUPS Y7, (SP)")
@@ -155,6 +142,130 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("VMOVSS X0, (DI)")
 	g.i("ADDQ $4, DI")
 	x86RowNext(g)
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// k4Scales unpacks the eight 6-bit scales and minimums of the Q4_K / Q5_K
+// super-block at (base)(AX*1) into int32 lanes: Y7 = sc0–7, Y8 = m0–7 (X15:
+// bytes 0x3F, X13: bytes 0x0F; X9–X11 clobbered). The scales and minimums of
+// sub-blocks 0–3 are bytes 0–3 and 4–7 & 63; those of 4–7 the low (sc) or
+// high (m) nibbles of bytes 8–11 with bits 6–7 of bytes 0–3 (sc) or 4–7 (m)
+// on top.
+func k4Scales(g *gen, base string) {
+	// Scales and minimums: X7 = bytes 0–7, X8 = bytes 8–11.
+	g.i("VMOVQ 4(%s)(AX*1), X7", base)
+	g.i("VMOVD 12(%s)(AX*1), X8", base)
+	g.i("VPAND X15, X7, X9")       // dword 0: sc0–3, dword 1: m0–3
+	g.i("VPSRLD $4, X8, X10")      // u2 >> 4
+	g.i("VPUNPCKLDQ X10, X8, X10") // [u2, u2>>4]
+	g.i("VPAND X13, X10, X10")     // low nibbles (sc4–7), high nibbles (m4–7)
+	g.i("VPSRLD $6, X7, X11")      // bits 6–7 of bytes 0–7, at 0–1
+	g.i("VPAND kqMask03<>(SB), X11, X11")
+	g.i("VPSLLD $4, X11, X11")
+	g.i("VPOR X11, X10, X10")     // dword 0: sc4–7, dword 1: m4–7
+	g.i("VPUNPCKLDQ X10, X9, X9") // bytes 0–7: sc0–7, 8–15: m0–7
+	g.i("VPMOVZXBD X9, Y7")
+	g.i("VPSRLDQ $8, X9, X9")
+	g.i("VPMOVZXBD X9, Y8")
+}
+
+// qaxpy4Q4KAVX2: dst[e] += Σ_{r<4} a_r·w_r[e] for e < 256·nb, the rows w0..w3
+// of nb Q4_K super-blocks (the neuron-row accumulation of
+// down_proj.weight_t, AddRows), p0..p3 prefetched at the same pace. Per
+// super-block each row's scales are unpacked here (k4Scales) into the
+// coefficients a_r·d·sc_j (on the stack, 32 bytes a row) and the offsets
+// Σ_r a_r·dmin·m_j (at 128(SP)); then for each group of 64 weights (sub-blocks
+// 2g, 2g+1: the low and high nibbles of the same 32 bytes) dst's 64 floats
+// stay in Y0–Y7 while the four rows add coefficient × level (VPMOVZXBD,
+// VPAND / VPSRLD, VCVTDQ2PS, VFMADD231PS: the cost per weight of Q4_0's
+// qaxpy4), and the offsets are subtracted once per group. Against the
+// portable-scaled form (kaccumQ4_KAVX2 called per super-block, the scales
+// unpacked in Go) the minimum is no longer subtracted per weight, so a
+// weight's product is rounded as a_r·d·sc·q − a_r·dmin·m rather than as
+// a_r·float32(d·sc·q − dmin·m) (the dot kernels' rounding).
+func qaxpy4Q4KAVX2(g *gen) {
+	name := "qaxpy4Q4_KAVX2"
+	g.decl("//go:noescape\nfunc %s(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $160-96", name)
+	g.i("MOVQ dst+0(FP), DI")
+	rows := []string{"R8", "R9", "R10", "R11"}
+	pre := []string{"R12", "R13", "BX", "DX"}
+	for i, r := range rows {
+		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
+	}
+	for i, r := range pre {
+		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
+	}
+	g.i("MOVQ nb+88(FP), CX")
+	g.i("MOVQ ·f16Table(SB), R14")
+	g.i("MOVL $0x0f0f0f0f, R15")
+	g.i("VMOVD R15, X13")
+	g.i("VPBROADCASTD X13, Y13") // bytes 0x0F
+	g.i("VMOVDQU kqMask3f<>(SB), X15")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("block:")
+	for _, p := range pre {
+		for off := 0; off < 144; off += 64 {
+			g.i("PREFETCHT0 %d(%s)(AX*1)", off, p)
+		}
+	}
+	for r, base := range rows {
+		g.i("VBROADCASTSS a%d+%d(FP), Y6", r, 72+4*r)
+		g.i("MOVWLZX (%s)(AX*1), R15", base)
+		g.i("VBROADCASTSS (R14)(R15*4), Y5")
+		g.i("VMULPS Y6, Y5, Y5") // a·d
+		g.i("MOVWLZX 2(%s)(AX*1), R15", base)
+		g.i("VBROADCASTSS (R14)(R15*4), Y4")
+		g.i("VMULPS Y6, Y4, Y4") // a·dmin
+		k4Scales(g, base)
+		g.i("VCVTDQ2PS Y7, Y7")
+		g.i("VMULPS Y5, Y7, Y7")
+		g.i("VMOVUPS Y7, %d(SP)", 32*r) // a·d·sc_j
+		g.i("VCVTDQ2PS Y8, Y8")
+		if r == 0 {
+			g.i("VMULPS Y4, Y8, Y12")
+		} else {
+			g.i("VFMADD231PS Y4, Y8, Y12") // Σ_r a·dmin·m_j
+		}
+	}
+	g.i("VMOVUPS Y12, 128(SP)")
+	for gr := 0; gr < 4; gr++ {
+		for k := 0; k < 8; k++ {
+			g.i("VMOVUPS %d(DI), Y%d", 256*gr+32*k, k)
+		}
+		for r, base := range rows {
+			g.i("VBROADCASTSS %d(SP), Y8", 32*r+4*(2*gr))
+			g.i("VBROADCASTSS %d(SP), Y9", 32*r+4*(2*gr+1))
+			for k := 0; k < 4; k++ {
+				g.i("VPMOVZXBD %d(%s)(AX*1), Y10", 16+32*gr+8*k, base)
+				g.i("VPSRLD $4, Y10, Y11") // high nibbles: sub-block 2g+1
+				g.i("VPAND Y13, Y10, Y10") // low nibbles: sub-block 2g
+				g.i("VCVTDQ2PS Y10, Y10")
+				g.i("VCVTDQ2PS Y11, Y11")
+				g.i("VFMADD231PS Y8, Y10, Y%d", k)
+				g.i("VFMADD231PS Y9, Y11, Y%d", 4+k)
+			}
+		}
+		g.i("VBROADCASTSS %d(SP), Y8", 128+4*(2*gr))
+		g.i("VBROADCASTSS %d(SP), Y9", 128+4*(2*gr+1))
+		for k := 0; k < 4; k++ {
+			g.i("VSUBPS Y8, Y%d, Y%d", k, k)
+			g.i("VSUBPS Y9, Y%d, Y%d", 4+k, 4+k)
+		}
+		for k := 0; k < 8; k++ {
+			g.i("VMOVUPS Y%d, %d(DI)", k, 256*gr+32*k)
+		}
+	}
+	g.i("ADDQ $144, AX")
+	g.i("ADDQ $1024, DI")
+	g.i("DECQ CX")
+	g.i("JNE block")
 	g.p("done:")
 	g.i("VZEROUPPER")
 	g.i("RET")
