@@ -227,9 +227,10 @@ func TestQuantAddRows(t *testing.T) {
 								}
 							}
 							var extra func(r, c int) float64
-							if dt != format.Q8_0 && dt != format.Q6_K {
-								// qaxpy4 adds a·d·q and then −8·a·d: its rounding
-								// is relative to 8|a·d| ≈ |a|·max|w| of the block.
+							if dt != format.Q8_0 {
+								// qaxpy4 adds a·d·q and then −8·a·d (Q6_K: −32,
+								// Q4_K, Q5_1: the minimum): its rounding is
+								// relative to 8|a·d| ≈ |a|·max|w| of the block.
 								extra = m.blockMax
 							}
 							checkAddRows(t, rng, p, m, sel, a, 1e-5, extra)
@@ -274,7 +275,7 @@ func TestQuantMatMul(t *testing.T) {
 						// for the dtypes with an offset or a minimum (as
 						// in TestQuantAddRows).
 						var extra func(r, c int) float64
-						if dt != format.Q8_0 && dt != format.Q6_K {
+						if dt != format.Q8_0 {
 							extra = m.blockMax
 						}
 						checkMatMulRowsT(t, rng, p, m, T, 1e-5, extra)

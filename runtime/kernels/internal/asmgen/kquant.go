@@ -22,6 +22,7 @@ func kquantAMD64(g *gen) {
 	qdotRowsK4AVX2(g, true)
 	qdotRowsQ6KAVX2(g)
 	qaxpy4Q4KAVX2(g)
+	qaxpy4Q6KAVX2(g)
 	kaccumK4AVX2(g, false)
 	kaccumK4AVX2(g, true)
 	kaccumQ6KAVX2(g)
@@ -263,6 +264,129 @@ func qaxpy4Q4KAVX2(g *gen) {
 		}
 	}
 	g.i("ADDQ $144, AX")
+	g.i("ADDQ $1024, DI")
+	g.i("DECQ CX")
+	g.i("JNE block")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// qaxpy4Q6KAVX2 is qaxpy4Q4KAVX2 for Q6_K super-blocks (ql[128], qh[64], 16
+// int8 scales, F16 d): the coefficients a_r·d·sc_j (16 a row, 64 bytes on the
+// stack) and 32·Σ_r a_r·d·sc_j (at 256(SP)), which is subtracted once per
+// eight columns of each quarter for the levels' offset 32. Per half h and
+// eight l, one load of ql[64h + l], ql[64h + 32 + l] and qh[32h + l] gives the
+// weights of the four quarters k at column 128h + 32k + l (GGML's order:
+// nibble k/2 of ql[64h + 32(k&1) + l], bits 2k, 2k+1 of qh[32h + l] above it),
+// each with the scale 8h + 2k + l/16.
+func qaxpy4Q6KAVX2(g *gen) {
+	name := "qaxpy4Q6_KAVX2"
+	g.decl("//go:noescape\nfunc %s(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $320-96", name)
+	g.i("MOVQ dst+0(FP), DI")
+	rows := []string{"R8", "R9", "R10", "R11"}
+	pre := []string{"R12", "R13", "BX", "DX"}
+	for i, r := range rows {
+		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
+	}
+	for i, r := range pre {
+		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
+	}
+	g.i("MOVQ nb+88(FP), CX")
+	g.i("MOVQ ·f16Table(SB), R14")
+	g.i("MOVL $0x0f, R15")
+	g.i("VMOVD R15, X13")
+	g.i("VPBROADCASTD X13, Y13") // dwords 0x0F
+	g.i("MOVL $0x30, R15")
+	g.i("VMOVD R15, X14")
+	g.i("VPBROADCASTD X14, Y14") // dwords 0x30
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("block:")
+	for _, p := range pre {
+		for off := 0; off < 210; off += 64 {
+			g.i("PREFETCHT0 %d(%s)(AX*1)", off, p)
+		}
+	}
+	for r, base := range rows {
+		g.i("VBROADCASTSS a%d+%d(FP), Y6", r, 72+4*r)
+		g.i("MOVWLZX 208(%s)(AX*1), R15", base)
+		g.i("VBROADCASTSS (R14)(R15*4), Y5")
+		g.i("VMULPS Y6, Y5, Y5") // a·d
+		g.i("VPMOVSXBD 192(%s)(AX*1), Y7", base)
+		g.i("VPMOVSXBD 200(%s)(AX*1), Y8", base)
+		g.i("VCVTDQ2PS Y7, Y7")
+		g.i("VCVTDQ2PS Y8, Y8")
+		g.i("VMULPS Y5, Y7, Y7")
+		g.i("VMULPS Y5, Y8, Y8")
+		g.i("VMOVUPS Y7, %d(SP)", 64*r)
+		g.i("VMOVUPS Y8, %d(SP)", 64*r+32)
+		if r == 0 {
+			g.i("VMOVAPS Y7, Y11")
+			g.i("VMOVAPS Y8, Y12")
+		} else {
+			g.i("VADDPS Y7, Y11, Y11")
+			g.i("VADDPS Y8, Y12, Y12")
+		}
+	}
+	g.i("MOVL $0x42000000, R15") // 32.0
+	g.i("VMOVD R15, X15")
+	g.i("VBROADCASTSS X15, Y15")
+	g.i("VMULPS Y15, Y11, Y11")
+	g.i("VMULPS Y15, Y12, Y12")
+	g.i("VMOVUPS Y11, 256(SP)")
+	g.i("VMOVUPS Y12, 288(SP)")
+	for h := 0; h < 2; h++ {
+		for l0 := 0; l0 < 32; l0 += 8 {
+			col := func(k int) int { return 4 * (128*h + 32*k + l0) }
+			sc := func(k int) int { return 8*h + 2*k + l0/16 }
+			for k := 0; k < 4; k++ {
+				g.i("VMOVUPS %d(DI), Y%d", col(k), k)
+			}
+			for r, base := range rows {
+				for k := 0; k < 4; k++ {
+					g.i("VBROADCASTSS %d(SP), Y%d", 64*r+4*sc(k), 4+k)
+				}
+				g.i("VPMOVZXBD %d(%s)(AX*1), Y8", 64*h+l0, base)
+				g.i("VPMOVZXBD %d(%s)(AX*1), Y9", 64*h+32+l0, base)
+				g.i("VPMOVZXBD %d(%s)(AX*1), Y10", 128+32*h+l0, base)
+				for k := 0; k < 4; k++ {
+					src := 8 + k&1
+					if k < 2 {
+						g.i("VPAND Y13, Y%d, Y11", src)
+					} else {
+						g.i("VPSRLD $4, Y%d, Y11", src)
+					}
+					switch k { // bits 2k, 2k+1 of qh to bits 4, 5
+					case 0:
+						g.i("VPSLLD $4, Y10, Y12")
+					case 1:
+						g.i("VPSLLD $2, Y10, Y12")
+					case 3:
+						g.i("VPSRLD $2, Y10, Y12")
+					}
+					if k == 2 {
+						g.i("VPAND Y14, Y10, Y12")
+					} else {
+						g.i("VPAND Y14, Y12, Y12")
+					}
+					g.i("VPOR Y12, Y11, Y11")
+					g.i("VCVTDQ2PS Y11, Y11")
+					g.i("VFMADD231PS Y%d, Y11, Y%d", 4+k, k)
+				}
+			}
+			for k := 0; k < 4; k++ {
+				g.i("VBROADCASTSS %d(SP), Y%d", 256+4*sc(k), 4+k)
+				g.i("VSUBPS Y%d, Y%d, Y%d", 4+k, k, k)
+				g.i("VMOVUPS Y%d, %d(DI)", k, col(k))
+			}
+		}
+	}
+	g.i("ADDQ $210, AX")
 	g.i("ADDQ $1024, DI")
 	g.i("DECQ CX")
 	g.i("JNE block")
