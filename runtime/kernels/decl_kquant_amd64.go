@@ -21,6 +21,9 @@ func qdotRowsQ6_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *fl
 func qaxpy4Q4_KAVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 
 //go:noescape
+func qaxpy4Q5_KAVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
 func qaxpy4Q6_KAVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 
 //go:noescape

@@ -30,11 +30,12 @@ func archQKernels() {
 // Q6_K 0.25 → 3.5 GB/s; a 32-token MatMul 1633 → 3141, 1351 → 2901 and
 // 716 → 2618 tokens/s.
 //
-// Q4_K's and Q6_K's neuron-row sums are one kernel over whole rows
-// (qaxpy4Q4_KAVX2, qaxpy4Q6_KAVX2: the scales unpacked in the kernel, Go's
+// The neuron-row sums are one kernel over whole rows (qaxpy4Q4_KAVX2,
+// qaxpy4Q5_KAVX2, qaxpy4Q6_KAVX2: the scales unpacked in the kernel, Go's
 // share per super-block was the cost): AddRows of Llama-3.2-1B's
 // down_proj.weight_t shape (8192 × 2048), 1 thread, Zen 5: Q4_K 3.1 → 11.4
-// GB/s (Q4_0's 11.2), Q6_K 3.3 → 9.6.
+// GB/s (Q4_0's 11.2), Q5_K 3.0 → 6.1, Q6_K 3.3 → 9.6. Prefill's
+// dequantization (qcvt) keeps the per-super-block form.
 func archKAccum() {
 	for _, ks := range []*kernelSet{avx2Set, avx512Set, avxvnniSet, avx512vnniSet} {
 		for _, q := range []int{qIndex(format.Q4_K), qIndex(format.Q5_K), qIndex(format.Q6_K)} {
@@ -42,6 +43,7 @@ func archKAccum() {
 			ks.qcvt[q] = kcvt(q, true)
 		}
 		ks.qaxpy4[qIndex(format.Q4_K)] = qaxpy4Q4_KAVX2
+		ks.qaxpy4[qIndex(format.Q5_K)] = qaxpy4Q5_KAVX2
 		ks.qaxpy4[qIndex(format.Q6_K)] = qaxpy4Q6_KAVX2
 	}
 }

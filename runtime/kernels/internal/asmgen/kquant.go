@@ -21,7 +21,8 @@ func kquantAMD64(g *gen) {
 	qdotRowsK4AVX2(g, false)
 	qdotRowsK4AVX2(g, true)
 	qdotRowsQ6KAVX2(g)
-	qaxpy4Q4KAVX2(g)
+	qaxpy4Q4KAVX2(g, false)
+	qaxpy4Q4KAVX2(g, true)
 	qaxpy4Q6KAVX2(g)
 	kaccumK4AVX2(g, false)
 	kaccumK4AVX2(g, true)
@@ -187,8 +188,15 @@ func k4Scales(g *gen, base string) {
 // unpacked in Go) the minimum is no longer subtracted per weight, so a
 // weight's product is rounded as a_r·d·sc·q − a_r·dmin·m rather than as
 // a_r·float32(d·sc·q − dmin·m) (the dot kernels' rounding).
-func qaxpy4Q4KAVX2(g *gen) {
-	name := "qaxpy4Q4_KAVX2"
+//
+// With five, the Q5_K form (176-byte blocks: qh[32] after the scales, then
+// the nibbles): bits 2g and 2g+1 of qh[l] go to bit 4 of the group's low and
+// high weight l (dwords 1 in Y14, Y12 a temporary).
+func qaxpy4Q4KAVX2(g *gen, five bool) {
+	name, bb, qs := "qaxpy4Q4_KAVX2", 144, 16
+	if five {
+		name, bb, qs = "qaxpy4Q5_KAVX2", 176, 48
+	}
 	g.decl("//go:noescape\nfunc %s(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)", name)
 	g.decl("")
 	g.p("TEXT ·%s(SB), NOSPLIT, $160-96", name)
@@ -207,12 +215,17 @@ func qaxpy4Q4KAVX2(g *gen) {
 	g.i("VMOVD R15, X13")
 	g.i("VPBROADCASTD X13, Y13") // bytes 0x0F
 	g.i("VMOVDQU kqMask3f<>(SB), X15")
+	if five {
+		g.i("MOVL $1, R15")
+		g.i("VMOVD R15, X14")
+		g.i("VPBROADCASTD X14, Y14") // dwords 1
+	}
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
 	g.p("block:")
 	for _, p := range pre {
-		for off := 0; off < 144; off += 64 {
+		for off := 0; off < bb; off += 64 {
 			g.i("PREFETCHT0 %d(%s)(AX*1)", off, p)
 		}
 	}
@@ -244,9 +257,20 @@ func qaxpy4Q4KAVX2(g *gen) {
 			g.i("VBROADCASTSS %d(SP), Y8", 32*r+4*(2*gr))
 			g.i("VBROADCASTSS %d(SP), Y9", 32*r+4*(2*gr+1))
 			for k := 0; k < 4; k++ {
-				g.i("VPMOVZXBD %d(%s)(AX*1), Y10", 16+32*gr+8*k, base)
+				g.i("VPMOVZXBD %d(%s)(AX*1), Y10", qs+32*gr+8*k, base)
 				g.i("VPSRLD $4, Y10, Y11") // high nibbles: sub-block 2g+1
 				g.i("VPAND Y13, Y10, Y10") // low nibbles: sub-block 2g
+				if five {
+					for h, y := range []int{10, 11} {
+						g.i("VPMOVZXBD %d(%s)(AX*1), Y12", 16+8*k, base)
+						if sh := 2*gr + h; sh > 0 {
+							g.i("VPSRLD $%d, Y12, Y12", sh)
+						}
+						g.i("VPAND Y14, Y12, Y12")
+						g.i("VPSLLD $4, Y12, Y12")
+						g.i("VPOR Y12, Y%d, Y%d", y, y)
+					}
+				}
 				g.i("VCVTDQ2PS Y10, Y10")
 				g.i("VCVTDQ2PS Y11, Y11")
 				g.i("VFMADD231PS Y8, Y10, Y%d", k)
@@ -263,7 +287,7 @@ func qaxpy4Q4KAVX2(g *gen) {
 			g.i("VMOVUPS Y%d, %d(DI)", k, 256*gr+32*k)
 		}
 	}
-	g.i("ADDQ $144, AX")
+	g.i("ADDQ $%d, AX", bb)
 	g.i("ADDQ $1024, DI")
 	g.i("DECQ CX")
 	g.i("JNE block")
