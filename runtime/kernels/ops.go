@@ -8,8 +8,9 @@ import (
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
 // Shapes: dst [w.Rows], x [w.Cols]. Rows are split across the pool's workers.
 // For block-quantized w (Q8_0, Q4_0, …, the K-quants), x is first quantized to int8 blocks of
-// 32 (quant.go, as GGML does), so each product also carries x's rounding: at
-// most max|x| of its block / 254 per element.
+// 32 (quant.go, as GGML does; for the K-quants with one scale per 256, as
+// GGML's Q8_K), so each product also carries x's rounding: at most max|x| of
+// its block (K-quants: of its 256) / 254 per element.
 func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 	checkMat(w)
 	checkLen("MatVec x", x, w.Cols)
@@ -32,7 +33,8 @@ func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
 }
 
 // quantizeX gives a MatVec job on block-quantized weights its x quantized to
-// int8 blocks (quantizeX in quant.go), in the caller's scratch: for
+// int8 blocks (quantizeX in quant.go; quantizeXK, one scale per 256, for the
+// K-quants), in the caller's scratch: for
 // MatVecBatch each of its j.t vectors, token t's at t·2n bytes and t·2(n/32)
 // scales.
 func (p *Pool) quantizeX(j *job) {
@@ -45,7 +47,11 @@ func (p *Pool) quantizeX(j *job) {
 		s.xq, s.xd = make([]int8, T*nq), make([]float32, T*nd+1)
 	}
 	for t := range T {
-		j.ks.quantizeX(&s.xq[t*nq], &s.xd[t*nd], &j.x[t*n], n/32)
+		if j.w.DType.KQuant() {
+			quantizeXK(s.xq[t*nq:(t+1)*nq], s.xd[t*nd:(t+1)*nd], j.x[t*n:(t+1)*n])
+		} else {
+			j.ks.quantizeX(&s.xq[t*nq], &s.xd[t*nd], &j.x[t*n], n/32)
+		}
 	}
 	j.xq, j.xd = s.xq[:T*nq], s.xd[:T*nd]
 }

@@ -78,6 +78,40 @@ func quantizeX(xq []int8, xd []float32, x []float32) {
 	}
 }
 
+// quantizeXK is quantizeX with one scale per 256 elements, the x of the
+// K-quant dots (len(x) a multiple of 256): the eight blocks of each 256 share
+// d = max|x| over the 256 / 127, as GGML's Q8_K quantizes x for its K-quant
+// dots, so that a super-block's integer products are summed before one
+// float multiply (the AVX2 kernels). The layout is quantizeX's: every
+// kernel that takes quantizeX's x takes this one.
+func quantizeXK(xq []int8, xd []float32, x []float32) {
+	nb := len(x) / 32
+	xq, xd = xq[:2*len(x)], xd[:2*nb]
+	for s := 0; s < nb; s += 8 {
+		var amax float32
+		for _, v := range x[32*s : 32*(s+8)] {
+			amax = max(amax, math.Float32frombits(math.Float32bits(v)&0x7fffffff))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		for b := s; b < s+8; b++ {
+			q := xq[64*b : 64*b+32]
+			var sum int32
+			for e, v := range x[32*b : 32*b+32] {
+				q[e] = int8(math.RoundToEven(float64(float32(v * id)))) // |q| ≤ 127
+				sum += int32(q[e])
+			}
+			xd[b], xd[nb+b] = d, float32(8*sum)*d
+			for i := range 8 {
+				binary.LittleEndian.PutUint32(unsafe.Slice((*byte)(unsafe.Pointer(&xq[64*b+32+4*i])), 4), math.Float32bits(d))
+			}
+		}
+	}
+}
+
 // ---- portable raw kernels ----
 
 func quantizeXGo(xq *int8, xd *float32, x *float32, nb int) {

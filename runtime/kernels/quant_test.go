@@ -94,15 +94,20 @@ func quantizeCached(t *testing.T, f []float32, d format.DType) []byte {
 }
 
 // qxBound is the error of a dot product with row r that quantizing x to int8
-// blocks can cause: Σ_e |w_e|·d_b/2 with d_b = max|x| over e's block / 127.
+// blocks can cause: Σ_e |w_e|·d_b/2 with d_b = max|x| over e's block / 127
+// (for the K-quants, whose x has one scale per 256, over e's 256).
 func (m testMat) qxBound(r int, x []float32) float64 {
+	bl := 32
+	if m.DType.KQuant() {
+		bl = format.SuperBlockElems
+	}
 	var s float64
-	for b := 0; b < m.Cols; b += 32 {
+	for b := 0; b < m.Cols; b += bl {
 		var amax float64
-		for _, v := range x[b : b+32] {
+		for _, v := range x[b : b+bl] {
 			amax = max(amax, math.Abs(float64(v)))
 		}
-		for c := b; c < b+32; c++ {
+		for c := b; c < b+bl; c++ {
 			s += math.Abs(m.vals[r*m.Cols+c]) * amax / 127 / 2
 		}
 	}
@@ -179,9 +184,14 @@ func TestQuantRawDot(t *testing.T) {
 				}
 				xq, xd := make([]int8, 64*nx), make([]float32, 2*nx)
 				quantizeX(xq, xd, x)
+				dq, dd := xq, xd
+				if dt.KQuant() { // the K-quant dots' x (MatVec's): one scale per 256
+					dq, dd = make([]int8, 64*nx), make([]float32, 2*nx)
+					quantizeXK(dq, dd, x)
+				}
 				got, want := make([]float32, 5), make([]float32, 5)
-				ks.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[0], &xd[0], nb, 5, &got[0], 64)
-				genericSet.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[0], &xd[0], nb, 5, &want[0], 0)
+				ks.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &dq[0], &dd[0], nb, 5, &got[0], 64)
+				genericSet.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &dq[0], &dd[0], nb, 5, &want[0], 0)
 				for r := range got {
 					_, scale := m.refDot(r, x)
 					checkClose(t, got[r], float64(want[r]), scale, 1e-6, "%s qdotRows %v nb %d row %d", ks.name, dt, nb, r)

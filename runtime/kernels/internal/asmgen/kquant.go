@@ -31,16 +31,17 @@ func kquantAMD64(g *gen) {
 
 // qdotRowsQ4KAVX2: dst[j] = the dot of row r (nb Q4_K super-blocks of 144
 // bytes: F16 d, F16 dmin, 12 bytes of 6-bit scales and minimums, 128 bytes
-// of nibbles) with x as quantizeX leaves it (64 bytes per x block of 32: the
-// int8 levels, then d_x eight times; at xd[8nb + b] the block sum
-// 8·d_x·Σq), rows as in qdotRows. Per super-block, the scales and minimums
-// are unpacked with byte masks (sc_j, m_j for j < 4 are bytes 0–3 and 4–7
-// & 63; for j ≥ 4 the low nibbles (sc) or high nibbles (m) of bytes 8–11
-// with bits 6–7 of bytes 0–3 (sc) or 4–7 (m) on top), d·sc_j is kept on the
-// stack for broadcasts, and the minimum term Σ_j dmin·m_j·xsum_j goes into
-// its own accumulator; per group of 64 weights the low nibbles meet x block
-// 2g and the high ones 2g+1 through VPMADDUBSW / VPMADDWD, as qdotRows'
-// Q4_0 does. dst = Σ − (minimum term)/8. With five, the Q5_K form (176-byte
+// of nibbles) with x as quantizeXK leaves it (64 bytes per x block of 32: the
+// int8 levels, then d_x eight times, one d_x for the eight blocks of a
+// super-block; at xd[8nb + b] the block sum 8·d_x·Σq), rows as in qdotRows.
+// Per super-block, the scales and minimums are unpacked (k4Scales), the
+// scales kept on the stack as int16 for broadcasts, and the minimum term
+// Σ_j dmin·m_j·xsum_j goes into its own accumulator; per group of 64 weights
+// the low nibbles meet x block 2g and the high ones 2g+1 through VPMADDUBSW,
+// then VPMADDWD by sc_j sums each pair into int32 lanes times the
+// sub-block's scale, so the super-block's products are summed in integers
+// (exactly) and converted once, times d·d_x, as GGML's vec_dot_q4_K_q8_K
+// does. dst = Σ − (minimum term)/8. With five, the Q5_K form (176-byte
 // blocks: qh[32] after the scales, then the nibbles): bit 2g of qh[l] is
 // bit 4 of the low nibble's weight l of group g, bit 2g+1 the high one's.
 func qdotRowsK4AVX2(g *gen, five bool) {
@@ -58,8 +59,6 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("MOVQ dst+56(FP), DI")
 	g.i("MOVQ pf+64(FP), R10")
 	g.i("MOVQ ·f16Table(SB), R14")
-	g.i("VPCMPEQW Y14, Y14, Y14") // int16 ones
-	g.i("VPSRLW $15, Y14, Y14")
 	qMasks(g, "R13") // Y13: bytes 0x0F
 	g.i("VMOVDQU kqMask3f<>(SB), X15")
 	if five {
@@ -90,12 +89,13 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("MOVWLZX 2(R8)(AX*1), R13")
 	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
 	k4Scales(g, "R8")
-	g.i("VCVTDQ2PS Y7, Y7")
-	g.i("VMULPS Y5, Y7, Y7") // d·sc_j
-	g.i("VMOVUPS Y7, (SP)")
+	g.i("VEXTRACTI128 $1, Y7, X9")
+	g.i("VPACKUSDW X9, X7, X9") // sc0–7 as int16
+	g.i("VMOVDQU X9, (SP)")
 	g.i("VCVTDQ2PS Y8, Y8")
 	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
 	g.i("VFMADD231PS Y8, Y6, Y1") // += dmin·m_j·xsum_j
+	g.i("VPXOR Y14, Y14, Y14")    // Σ_j sc_j·Σ q·x, int32 lanes
 	if five {
 		g.i("VMOVDQU 16(R8)(AX*1), Y10") // qh
 	}
@@ -119,13 +119,14 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 		for h, y := range []int{3, 4} {
 			xb := 2*gr + h
 			g.i("VPMADDUBSW %d(SI), Y%d, Y%d", 64*xb, y, y)
-			g.i("VPMADDWD Y14, Y%d, Y%d", y, y)
-			g.i("VCVTDQ2PS Y%d, Y%d", y, y)
-			g.i("VBROADCASTSS %d(SP), Y9", 4*xb)
-			g.i("VMULPS Y9, Y%d, Y%d", y, y)
-			g.i("VFMADD231PS %d(SI), Y%d, Y0", 64*xb+32, y) // · d_x
+			g.i("VPBROADCASTW %d(SP), Y9", 2*xb)
+			g.i("VPMADDWD Y9, Y%d, Y%d", y, y) // · sc_j
+			g.i("VPADDD Y%d, Y14, Y14", y)
 		}
 	}
+	g.i("VCVTDQ2PS Y14, Y14")
+	g.i("VMULPS 32(SI), Y5, Y9") // d·d_x: the super-block's x blocks share d_x (quantizeXK)
+	g.i("VFMADD231PS Y9, Y14, Y0")
 	g.i("ADDQ $%d, AX", bb)
 	g.i("ADDQ $512, SI")
 	g.i("ADDQ $32, R15")
@@ -425,9 +426,11 @@ func qaxpy4Q6KAVX2(g *gen) {
 // 4h + k meets q = the low (k < 2) or high nibbles of ql[64h + 32(k&1):]
 // with bits 2k, 2k+1 of qh[32h:] on top (0..63, unsigned for VPMADDUBSW);
 // subtracting VPMADDUBSW of 32 gives Σ(q − 32)·x per pair, in int16 without
-// overflow (|q − 32| ≤ 32, |x| ≤ 127). Lanes 0–3 of the int32 sums are
-// elements 0–15, with scale 8h + 2k, lanes 4–7 elements 16–31, with scale
-// 8h + 2k + 1.
+// overflow (|q − 32| ≤ 32, |x| ≤ 127). VPMADDWD by the scales (int16:
+// elements 0–15 of the block have scale 8h + 2k, 16–31 scale 8h + 2k + 1)
+// sums the pairs into int32 lanes, so the super-block is summed in integers
+// and converted once, times d·d_x (x as quantizeXK leaves it), as GGML's
+// vec_dot_q6_K_q8_K does.
 func qdotRowsQ6KAVX2(g *gen) {
 	name := "qdotRowsQ6_KAVX2"
 	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
@@ -440,8 +443,6 @@ func qdotRowsQ6KAVX2(g *gen) {
 	g.i("MOVQ dst+56(FP), DI")
 	g.i("MOVQ pf+64(FP), R10")
 	g.i("MOVQ ·f16Table(SB), R14")
-	g.i("VPCMPEQW Y14, Y14, Y14") // int16 ones
-	g.i("VPSRLW $15, Y14, Y14")
 	qMasks(g, "R13") // Y13: bytes 0x0F
 	g.i("MOVL $0x03030303, R13")
 	g.i("VMOVD R13, X12")
@@ -462,11 +463,10 @@ func qdotRowsQ6KAVX2(g *gen) {
 	}
 	g.i("MOVWLZX 208(R8)(AX*1), R13")
 	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
+	g.i("VPMOVSXBW 192(R8)(AX*1), Y7")   // the 16 scales as int16
+	g.i("VMOVDQU Y7, (SP)")
+	g.i("VPXOR Y8, Y8, Y8") // Σ_j sc_j·Σ (q − 32)·x, int32 lanes
 	for h := 0; h < 2; h++ {
-		g.i("VPMOVSXBD %d(R8)(AX*1), Y7", 192+8*h)
-		g.i("VCVTDQ2PS Y7, Y7")
-		g.i("VMULPS Y5, Y7, Y7") // d·sc[8h + i]
-		g.i("VMOVUPS Y7, (SP)")
 		g.i("VMOVDQU %d(R8)(AX*1), Y2", 128+32*h) // qh
 		for k := 0; k < 4; k++ {
 			xb := 4*h + k
@@ -486,15 +486,16 @@ func qdotRowsQ6KAVX2(g *gen) {
 			g.i("VPMADDUBSW %d(SI), Y3, Y3", 64*xb)
 			g.i("VPMADDUBSW %d(SI), Y11, Y4", 64*xb)
 			g.i("VPSUBW Y4, Y3, Y3") // Σ (q − 32)·x in pairs
-			g.i("VPMADDWD Y14, Y3, Y3")
-			g.i("VCVTDQ2PS Y3, Y3")
-			g.i("VBROADCASTSS %d(SP), X9", 4*(2*k))
-			g.i("VBROADCASTSS %d(SP), X10", 4*(2*k+1))
-			g.i("VINSERTF128 $1, X10, Y9, Y9")
-			g.i("VMULPS Y9, Y3, Y3")
-			g.i("VFMADD231PS %d(SI), Y3, Y0", 64*xb+32) // · d_x
+			g.i("VPBROADCASTW %d(SP), X9", 2*(8*h+2*k))
+			g.i("VPBROADCASTW %d(SP), X10", 2*(8*h+2*k+1))
+			g.i("VINSERTI128 $1, X10, Y9, Y9") // elements 0–15: sc[8h+2k], 16–31: sc[8h+2k+1]
+			g.i("VPMADDWD Y9, Y3, Y3")
+			g.i("VPADDD Y3, Y8, Y8")
 		}
 	}
+	g.i("VCVTDQ2PS Y8, Y8")
+	g.i("VMULPS 32(SI), Y5, Y9") // d·d_x (quantizeXK: one d_x per super-block)
+	g.i("VFMADD231PS Y9, Y8, Y0")
 	g.i("ADDQ $210, AX")
 	g.i("ADDQ $512, SI")
 	g.i("DECQ CX")
