@@ -7,7 +7,8 @@
 # MODEL.sinf: a file from `sinf synth` + `sinf convert --random`; GGUF: the same
 # checkpoint converted for llama.cpp, or - for none (sparse modes have no
 # llama.cpp counterpart). Env: SINF (default bin/sinf), LLAMA_BENCH (path to
-# llama-bench; weights read into RAM with -lm none, as in issue 6's table).
+# llama-bench), LLAMA_FLAGS (more llama-bench flags, e.g. "-mmp 0" to read the
+# weights into RAM; default none: mmap, as sinf maps its file).
 # One line per configuration and round: sinf prefill/decode tok/s, the read
 # bandwidth sinf measured in the same run (GB/s, median and best of its passes)
 # and decode's fraction of the median; then llama.cpp prefill/decode tok/s.
@@ -28,7 +29,8 @@ for r in $(seq "$rounds"); do
 			python3 -c 'import json,sys; d=json.load(sys.stdin); print(round(d["prefill_tokens_per_s"],1), round(d["decode_tokens_per_s"],2), round(d["bandwidth_bytes_per_s"]/1e9,1), round(d["bandwidth_best_bytes_per_s"]/1e9,1), round(d["roofline_fraction"],2))')
 		l="- -"
 		if [ "$gguf" != "-" ] && [ -n "$L" ]; then
-			l=$("$L" -m "$gguf" -p 64 -n 32 -r 3 -t "$threads" -lm none -o json 2>/dev/null | python3 -c "$med")
+			# shellcheck disable=SC2086 # LLAMA_FLAGS is a list of flags
+			l=$("$L" -m "$gguf" -p 64 -n 32 -r 3 -t "$threads" ${LLAMA_FLAGS:-} -o json 2>/dev/null | python3 -c "$med")
 		fi
 		echo "round $r $(basename "$model") $mode t$threads | sinf prefill decode GB/s(median best) roofline: $s | llama.cpp prefill decode: $l"
 	done
