@@ -2,7 +2,8 @@
 // matrix-vector products, fused SwiGLU over gate/up rows, and the neuron-row
 // accumulation of the transposed down_proj. Over block rows (Q8_0 … Q6_K)
 // the products first quantize x to int8 blocks of 32 (quantize_x_kernel, the CPU's
-// quantizeX) and multiply in integers with __dp4a, one weight block per lane
+// quantizeX; for the K-quants quantize_xk_kernel, one scale per 256, the CPU's
+// quantizeXK) and multiply in integers with __dp4a, one weight block per lane
 // (the CPU's qdotRows and kquant.go's block dots); the accumulation
 // dequantizes each weight in registers (wat).
 #include "common.cuh"
@@ -121,6 +122,37 @@ __global__ void quantize_x_kernel(int8_t *__restrict__ xq, float *__restrict__ x
 	if (lane == 0) {
 		xd[b] = d;
 		xs[b] = __fmul_rn((float)(8 * q), d);
+	}
+}
+
+// quantize_xk_kernel is quantize_x_kernel for the K-quants' x, as the CPU's
+// quantizeXK does: the eight blocks of each 256 share d = max|x| over the
+// 256 / 127 (GGML's Q8_K). One warp per 256, lane l holding element l of
+// each of its eight blocks.
+__global__ void quantize_xk_kernel(int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs,
+                                   const float *__restrict__ x, int ns) {
+	const int s = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (s >= ns) return;
+	float v[8];
+	float m = 0.f;
+#pragma unroll
+	for (int b = 0; b < 8; b++) {
+		v[b] = x[(size_t)(8 * s + b) * 32 + lane];
+		m = fmaxf(m, fabsf(v[b]));
+	}
+	const float d = warp_max(m) / 127.f;
+	const float id = d != 0.f ? 1.f / d : 0.f;
+#pragma unroll
+	for (int b = 0; b < 8; b++) {
+		int q = __float2int_rn(v[b] * id);
+		xq[(size_t)(8 * s + b) * 32 + lane] = (int8_t)q;
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+		if (lane == 0) {
+			xd[8 * s + b] = d;
+			xs[8 * s + b] = __fmul_rn((float)(8 * q), d);
+		}
 	}
 }
 
@@ -355,8 +387,8 @@ template <typename T> bool vec_ok(sinf_mat w, sinf_dptr x) {
 }
 
 // quantize_x quantizes x (w.cols floats) into the context's scratch for a
-// product over w's block rows; SINF_EINVAL when a row of w is not whole
-// blocks.
+// product over w's block rows (the K-quants' with one scale per 256);
+// SINF_EINVAL when a row of w is not whole blocks.
 int quantize_x(sinf_ctx *c, sinf_mat w, sinf_dptr x, QuantX *out) {
 	if (!rows_ok(w.dtype, w.cols)) return SINF_EINVAL;
 	const int nb = w.cols / 32;
@@ -365,8 +397,14 @@ int quantize_x(sinf_ctx *c, sinf_mat w, sinf_dptr x, QuantX *out) {
 	if (e != cudaSuccess) return sinf_rc(e);
 	int8_t *q = static_cast<int8_t *>(buf);
 	float *d = reinterpret_cast<float *>(q + (size_t)nb * 32);
-	SINF_LAUNCH((nb + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, quantize_x_kernel)(
-	    q, d, d + nb, (const float *)dp(x), nb);
+	if (block_elems(w.dtype) == 256) {
+		const int ns = nb / 8;
+		SINF_LAUNCH((ns + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, quantize_xk_kernel)(
+		    q, d, d + nb, (const float *)dp(x), ns);
+	} else {
+		SINF_LAUNCH((nb + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, quantize_x_kernel)(
+		    q, d, d + nb, (const float *)dp(x), nb);
+	}
 	*out = QuantX{reinterpret_cast<const int *>(q), d, d + nb};
 	return sinf_launch_rc();
 }
