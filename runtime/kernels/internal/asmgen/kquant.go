@@ -175,6 +175,39 @@ func k4Scales(g *gen, base string) {
 	g.i("VPMOVZXBD X9, Y8")
 }
 
+// kaxpy4Head emits the declaration and prologue of a K-quant qaxpy4 with a
+// stack frame of frame bytes: DI dst, the rows and the rows to prefetch in
+// the registers it returns, CX nb.
+func kaxpy4Head(g *gen, name string, frame int) (rows, pre []string) {
+	g.decl("//go:noescape\nfunc %s(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $%d-96", name, frame)
+	g.i("MOVQ dst+0(FP), DI")
+	rows = []string{"R8", "R9", "R10", "R11"}
+	pre = []string{"R12", "R13", "BX", "DX"}
+	for i, r := range rows {
+		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
+	}
+	for i, r := range pre {
+		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
+	}
+	g.i("MOVQ nb+88(FP), CX")
+	return rows, pre
+}
+
+// kaxpy4Tail closes a K-quant qaxpy4's super-block loop (bb bytes a block,
+// 256 floats of dst) and returns.
+func kaxpy4Tail(g *gen, bb int) {
+	g.i("ADDQ $%d, AX", bb)
+	g.i("ADDQ $1024, DI")
+	g.i("DECQ CX")
+	g.i("JNE block")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
 // qaxpy4Q4KAVX2: dst[e] += Σ_{r<4} a_r·w_r[e] for e < 256·nb, the rows w0..w3
 // of nb Q4_K super-blocks (the neuron-row accumulation of
 // down_proj.weight_t, AddRows), p0..p3 prefetched at the same pace. Per
@@ -198,19 +231,7 @@ func qaxpy4Q4KAVX2(g *gen, five bool) {
 	if five {
 		name, bb, qs = "qaxpy4Q5_KAVX2", 176, 48
 	}
-	g.decl("//go:noescape\nfunc %s(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $160-96", name)
-	g.i("MOVQ dst+0(FP), DI")
-	rows := []string{"R8", "R9", "R10", "R11"}
-	pre := []string{"R12", "R13", "BX", "DX"}
-	for i, r := range rows {
-		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
-	}
-	for i, r := range pre {
-		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
-	}
-	g.i("MOVQ nb+88(FP), CX")
+	rows, pre := kaxpy4Head(g, name, 160)
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("MOVL $0x0f0f0f0f, R15")
 	g.i("VMOVD R15, X13")
@@ -288,14 +309,7 @@ func qaxpy4Q4KAVX2(g *gen, five bool) {
 			g.i("VMOVUPS Y%d, %d(DI)", k, 256*gr+32*k)
 		}
 	}
-	g.i("ADDQ $%d, AX", bb)
-	g.i("ADDQ $1024, DI")
-	g.i("DECQ CX")
-	g.i("JNE block")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	kaxpy4Tail(g, bb)
 }
 
 // qaxpy4Q6KAVX2 is qaxpy4Q4KAVX2 for Q6_K super-blocks (ql[128], qh[64], 16
@@ -308,19 +322,7 @@ func qaxpy4Q4KAVX2(g *gen, five bool) {
 // each with the scale 8h + 2k + l/16.
 func qaxpy4Q6KAVX2(g *gen) {
 	name := "qaxpy4Q6_KAVX2"
-	g.decl("//go:noescape\nfunc %s(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $320-96", name)
-	g.i("MOVQ dst+0(FP), DI")
-	rows := []string{"R8", "R9", "R10", "R11"}
-	pre := []string{"R12", "R13", "BX", "DX"}
-	for i, r := range rows {
-		g.i("MOVQ w%d+%d(FP), %s", i, 8+8*i, r)
-	}
-	for i, r := range pre {
-		g.i("MOVQ p%d+%d(FP), %s", i, 40+8*i, r)
-	}
-	g.i("MOVQ nb+88(FP), CX")
+	rows, pre := kaxpy4Head(g, name, 320)
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("MOVL $0x0f, R15")
 	g.i("VMOVD R15, X13")
@@ -411,14 +413,7 @@ func qaxpy4Q6KAVX2(g *gen) {
 			}
 		}
 	}
-	g.i("ADDQ $210, AX")
-	g.i("ADDQ $1024, DI")
-	g.i("DECQ CX")
-	g.i("JNE block")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	kaxpy4Tail(g, 210)
 }
 
 // qdotRowsQ6KAVX2 is qdotRowsQ4KAVX2 for Q6_K super-blocks (210 bytes:
