@@ -75,7 +75,9 @@ type kernelSet struct {
 	// qdotRows sets dst[j] to Σ_b d_w[b]·xd[b]·Σ_{e<32} q_w[b][e]·q_x[b][e]
 	// over the nb blocks of row r, rows as in dotRows: the row's dot product
 	// with x quantized to int8 blocks by quantizeX (q_x[b] at xq + 64b; see
-	// there for the rest of the layout).
+	// there for the rest of the layout); for the K-quants by quantizeXK, whose
+	// one scale per 256 the AVX2 K-quant dots rely on (they read a
+	// super-block's d_x once).
 	qdotRows [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 	// qaxpy4 adds a0·w0 + a1·w1 + a2·w2 + a3·w3 to dst[:32·nb], prefetching
 	// the rows p0..p3 as it goes.

@@ -778,7 +778,7 @@ func TestRowF32(t *testing.T) {
 
 // checkMatMulRowsT runs MatMulRowsT of m ([K, C]) on T random coefficient
 // rows (a fifth of them zero) and checks every output against the float64
-// sum within tol of Σ|a·w|.
+// sum within tol of Σ|a·w| (plus |a|·extra(k, c) per term, when extra is set).
 func checkMatMulRowsT(t *testing.T, rng *rand.Rand, p *Pool, m testMat, T int, tol float64, extra func(r, c int) float64) {
 	t.Helper()
 	K, C := m.Rows, m.Cols
