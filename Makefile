@@ -27,8 +27,8 @@ test: vet
 # has every feature (the dotprod and neon kernel sets both run); a Cortex-A53
 # (ARMv8.0) has no dot product, so detection must leave out the dotprod set.
 test-arm64:
-	QEMU_CPU=max GOARCH=arm64 $(GO) test -exec qemu-aarch64-static ./runtime/... ./format/
-	QEMU_CPU=cortex-a53 GOARCH=arm64 $(GO) test -exec qemu-aarch64-static ./runtime/kernels/
+	QEMU_CPU=max GOARCH=arm64 $(GO) test -timeout 20m -exec qemu-aarch64-static ./runtime/... ./format/
+	QEMU_CPU=cortex-a53 GOARCH=arm64 $(GO) test -timeout 20m -exec qemu-aarch64-static ./runtime/kernels/
 
 # Every reader of a file from outside, one fuzz target each, one after the
 # other (FUZZTIME each; make test runs 5s of each). FUZZFLAGS=-parallel=1

@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,12 +14,16 @@ import (
 
 var quantDTypes = []format.DType{format.Q8_0, format.Q4_0, format.Q5_0, format.Q5_1, format.Q4_K, format.Q5_K, format.Q6_K}
 
-// colsFor returns the test widths for d: qCols for Q8_0, Q4_0, Q5_0 and
-// Q5_1 (which have SIMD forms on both architectures), and 256 and 2048 for
-// the K-quants, so that make test-arm64 (qemu) stays within its time.
+// colsFor returns the test widths for d: qCols for Q8_0 and Q4_0, and for
+// Q5_0 and Q5_1 on amd64; fewer for Q5_0 and Q5_1 elsewhere (their NEON
+// forms at 1, 5 and 18 blocks) and 256 and 2048 for the K-quants, so that
+// make test-arm64 (qemu) stays within its time.
 func colsFor(d format.DType) []int {
-	if d.KQuant() {
+	switch {
+	case d.KQuant():
 		return []int{256, 2048}
+	case (d == format.Q5_0 || d == format.Q5_1) && runtime.GOARCH != "amd64":
+		return []int{32, 160, 576}
 	}
 	return qCols
 }
