@@ -21,10 +21,10 @@ func archQKernels() {
 	}
 }
 
-// archKAccum puts the AVX2 K-quant accumulations (kaccumQ4_KAVX2,
-// kaccumQ5_KAVX2, kaccumQ6_KAVX2) into the sets: the neuron-row sums of
-// down_proj.weight_t (qaxpy4) and the dequantization of prefill (qcvt).
-// Llama-3.2-1B's down_proj.weight_t (8192 × 2048), one thread, AMD EPYC
+// archKAccum puts the AVX2 K-quant kernels into the sets: the dequantization
+// of prefill (qcvt, through kaccumQ4_KAVX2, kaccumQ5_KAVX2, kaccumQ6_KAVX2
+// per super-block) and the neuron-row sums of down_proj.weight_t (qaxpy4,
+// below). First form, per super-block for both, on Llama-3.2-1B's down_proj.weight_t (8192 × 2048), one thread, AMD EPYC
 // (Zen 5): AddRows Q4_K 0.49 → 4.3 GB/s and Q5_K 0.48 → 3.3 GB/s against
 // the portable kernels as they were (format.Dequantize a block at a time),
 // Q6_K 0.25 → 3.5 GB/s; a 32-token MatMul 1633 → 3141, 1351 → 2901 and
@@ -39,7 +39,6 @@ func archQKernels() {
 func archKAccum() {
 	for _, ks := range []*kernelSet{avx2Set, avx512Set, avxvnniSet, avx512vnniSet} {
 		for _, q := range []int{qIndex(format.Q4_K), qIndex(format.Q5_K), qIndex(format.Q6_K)} {
-			ks.qaxpy4[q] = kaxpy4(q, true)
 			ks.qcvt[q] = kcvt(q, true)
 		}
 		ks.qaxpy4[qIndex(format.Q4_K)] = qaxpy4Q4_KAVX2

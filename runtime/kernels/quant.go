@@ -50,33 +50,7 @@ var qBlockElems, qBlockBytes = func() (e, b [nq]int) {
 // 32 values q, then d eight times as float32 (for the AVX2 dot, which
 // multiplies by it from memory); xd[b] = d, and xd[nb+b] = (8·Σ q)·d, the
 // correction the Q4_0 dot subtracts (see qdotRows).
-func quantizeX(xq []int8, xd []float32, x []float32) {
-	nb := len(x) / 32
-	xq, xd = xq[:2*len(x)], xd[:2*nb]
-	for b := range nb {
-		blk := x[32*b : 32*b+32]
-		var amax float32
-		for _, v := range blk {
-			amax = max(amax, math.Float32frombits(math.Float32bits(v)&0x7fffffff))
-		}
-		d := amax / 127
-		xd[b] = d
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
-		q := xq[64*b : 64*b+32]
-		var sum int32
-		for e, v := range blk {
-			q[e] = int8(math.RoundToEven(float64(float32(v * id)))) // |q| ≤ 127
-			sum += int32(q[e])
-		}
-		xd[nb+b] = float32(8*sum) * d
-		for i := range 8 {
-			binary.LittleEndian.PutUint32(unsafe.Slice((*byte)(unsafe.Pointer(&xq[64*b+32+4*i])), 4), math.Float32bits(d))
-		}
-	}
-}
+func quantizeX(xq []int8, xd []float32, x []float32) { quantizeXGroups(xq, xd, x, 1) }
 
 // quantizeXK is quantizeX with one scale per 256 elements, the x of the
 // K-quant dots (len(x) a multiple of 256): the eight blocks of each 256 share
@@ -84,12 +58,16 @@ func quantizeX(xq []int8, xd []float32, x []float32) {
 // dots, so that a super-block's integer products are summed before one
 // float multiply (the AVX2 kernels). The layout is quantizeX's: every
 // kernel that takes quantizeX's x takes this one.
-func quantizeXK(xq []int8, xd []float32, x []float32) {
+func quantizeXK(xq []int8, xd []float32, x []float32) { quantizeXGroups(xq, xd, x, 8) }
+
+// quantizeXGroups is quantizeX with the scale d shared by each group of g
+// consecutive blocks (len(x) a multiple of 32·g).
+func quantizeXGroups(xq []int8, xd []float32, x []float32, g int) {
 	nb := len(x) / 32
 	xq, xd = xq[:2*len(x)], xd[:2*nb]
-	for s := 0; s < nb; s += 8 {
+	for s := 0; s < nb; s += g {
 		var amax float32
-		for _, v := range x[32*s : 32*(s+8)] {
+		for _, v := range x[32*s : 32*(s+g)] {
 			amax = max(amax, math.Float32frombits(math.Float32bits(v)&0x7fffffff))
 		}
 		d := amax / 127
@@ -97,7 +75,7 @@ func quantizeXK(xq []int8, xd []float32, x []float32) {
 		if d != 0 {
 			id = 1 / d
 		}
-		for b := s; b < s+8; b++ {
+		for b := s; b < s+g; b++ {
 			q := xq[64*b : 64*b+32]
 			var sum int32
 			for e, v := range x[32*b : 32*b+32] {
