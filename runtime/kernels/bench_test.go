@@ -329,3 +329,66 @@ func BenchmarkRawSets(b *testing.B) {
 // threadCPU returns the calling thread's CPU time so far in ns
 // (CLOCK_THREAD_CPUTIME_ID; 0 where it cannot be read).
 func threadCPU() int64 { return threadCPUTime() }
+
+// BenchmarkRawGemm times the integer prefill kernels of each set (and each
+// variant this CPU runs, qgemmVariants) on one L1-resident packed group of
+// eight rows of 2048 weights by four tokens: qgemm (GMAC/s) and qpack (the
+// repacking, B/s of weights).
+//
+//	go test -run '^$' -bench RawGemm ./runtime/kernels/
+func BenchmarkRawGemm(b *testing.B) {
+	const rows, cols, nb = 16, 2048, 2048 / 32
+	x := benchVec(4 * cols)
+	xq, xd := make([]int8, 4*2*cols), make([]float32, 4*2*nb)
+	for j := range 4 {
+		quantizeX(xq[j*2*cols:(j+1)*2*cols], xd[j*2*nb:(j+1)*2*nb], x[j*cols:(j+1)*cols])
+	}
+	dst := make([]float32, 4*rows)
+	pack := make([]byte, 2*nb*qpackStride)
+	sets := map[string]qgemmKernels{}
+	for _, ks := range kernelSets() {
+		sets[ks.name] = qgemmKernels{ks.qpack, ks.qgemm, ks.qrows}
+	}
+	for name, k := range qgemmVariants() {
+		sets[name] = k
+	}
+	for _, d := range []format.DType{format.Q8_0, format.Q4_0} {
+		w := benchMat(benchShape{"l1", rows, cols}, d)
+		q := qIndex(d)
+		// the repacking of whole matrices streamed from memory, as prefill reads them
+		ws := benchMats(llamaFFN, d)
+		for name, k := range sets {
+			if k.gemm[q] == nil {
+				continue
+			}
+			b.Run(fmt.Sprintf("pack-stream/%v/%s", d, name), func(b *testing.B) {
+				big := make([]byte, qpackBytes+2*nb*qpackStride)
+				b.SetBytes(int64(ws.mats[0].Bytes()))
+				for b.Loop() {
+					m := ws.next()
+					for r := 0; r+k.rows <= m.Rows; r += k.rows {
+						k.pack[q](&big[(r/8*nb*qpackStride)%qpackBytes], unsafe.Add(dataPtr(m), r*m.RowBytes()), m.RowBytes(), nb)
+					}
+				}
+			})
+		}
+		for name, k := range sets {
+			if k.gemm[q] == nil {
+				continue
+			}
+			k.pack[q](&pack[0], dataPtr(w), w.RowBytes(), nb)
+			b.Run(fmt.Sprintf("gemm/%v/%s", d, name), func(b *testing.B) {
+				for b.Loop() {
+					k.gemm[q](&pack[0], &xq[0], 2*cols, &xd[nb], 4*2*nb, nb, &dst[0], 4*rows, unsafe.Pointer(&pack[0]))
+				}
+				b.ReportMetric(float64(4*k.rows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+			b.Run(fmt.Sprintf("pack/%v/%s", d, name), func(b *testing.B) {
+				b.SetBytes(int64(len(w.Data)))
+				for b.Loop() {
+					k.pack[q](&pack[0], dataPtr(w), w.RowBytes(), nb)
+				}
+			})
+		}
+	}
+}

@@ -162,6 +162,30 @@ func qaxpy4Q5_1AVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer,
 //go:noescape
 func qcvtQ5_1AVX2(dst *float32, src unsafe.Pointer, nb int)
 
+//go:noescape
+func qpack8Q8_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qpackHalf16Q8_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qpack8Q4_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qpackHalf16Q4_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qgemm8x4AVX2(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+
+//go:noescape
+func qgemm8x4AVXVNNI(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+
+//go:noescape
+func qgemm8x4AVX512VNNI(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+
+//go:noescape
+func qgemm16x4AVX512VNNI(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+
 // AVX512 kernel shapes.
 const (
 	blkAVX512  = 32

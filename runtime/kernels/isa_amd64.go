@@ -28,6 +28,10 @@ var avx2Set = &kernelSet{
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2, qcvtQ5_0AVX2, qcvtQ5_1AVX2},
 	quantizeX: quantizeXAVX2,
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
+	qpack:     qpacks,
+	qrows:     8,
+	// Q4_0 only: VPMADDUBSW saturates Q8_0's w+128 times x
+	qgemm: [2]qgemmFunc{nil, qgemm8x4AVX2},
 }
 
 var avx512Set = &kernelSet{
@@ -51,6 +55,10 @@ var avx512Set = &kernelSet{
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2, qcvtQ5_0AVX2, qcvtQ5_1AVX2},
 	quantizeX: quantizeXAVX2,
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
+	qpack:     qpacks,
+	qrows:     8,
+	// Q4_0 only: VPMADDUBSW saturates Q8_0's w+128 times x
+	qgemm: [2]qgemmFunc{nil, qgemm8x4AVX2},
 }
 
 // The VNNI sets are the AVX2 and AVX-512 sets with the decode dots of the
@@ -69,11 +77,25 @@ var avx512Set = &kernelSet{
 // EVEX ones only where it has AVX512-VNNI alone (Ice Lake server, Zen 4).
 // The AVX-512 set's other kernels were 1.1–2.0× faster than AVX2's there (F16
 // dot 6.2 against 12.5 µs, F16 axpy 7.0 against 13.9), none slower.
+var qpacks = [2]func(dst *byte, w unsafe.Pointer, stride int, nb int){qpack8Q8_0AVX2, qpack8Q4_0AVX2}
+
+// qpacks16 pack sixteen rows for qgemm16x4 as two halves of eight.
+var qpacks16 = [2]func(dst *byte, w unsafe.Pointer, stride int, nb int){
+	func(dst *byte, w unsafe.Pointer, stride int, nb int) {
+		qpackHalf16Q8_0AVX2(dst, w, stride, nb)
+		qpackHalf16Q8_0AVX2((*byte)(unsafe.Add(unsafe.Pointer(dst), 32)), unsafe.Add(w, 8*stride), stride, nb)
+	},
+	func(dst *byte, w unsafe.Pointer, stride int, nb int) {
+		qpackHalf16Q4_0AVX2(dst, w, stride, nb)
+		qpackHalf16Q4_0AVX2((*byte)(unsafe.Add(unsafe.Pointer(dst), 32)), unsafe.Add(w, 8*stride), stride, nb)
+	},
+}
+
 var (
-	avxvnniSet = withVNNI(avx2Set, "avxvnni", vnniDots)
+	avxvnniSet = withVNNI(avx2Set, "avxvnni", vnniDots, qgemm8x4AVXVNNI)
 	// avx512vnniSet's dots are the EVEX ones here; init swaps in the VEX
 	// ones on a CPU with AVX-VNNI.
-	avx512vnniSet = withVNNI(avx512Set, "avx512vnni", evexDots)
+	avx512vnniSet = withVNNI(avx512Set, "avx512vnni", evexDots, qgemm8x4AVX512VNNI)
 )
 
 // vnniDots and evexDots are the VEX (AVX-VNNI) and EVEX (AVX512-VNNI)
@@ -98,6 +120,12 @@ func qdotVariants() map[string][4]qdotFunc {
 }
 
 func init() {
+	// Integer prefill on ZMM registers, sixteen rows a group: 217–237
+	// GMAC/s against the YMM form's 137 (BenchmarkRawGemm, Zen 5). The
+	// AVX2 and AVX-512 sets take the VPMADDUBSW form for Q4_0 (98 GMAC/s;
+	// Q8_0's w+128 would saturate it) and dequantize Q8_0 to float32.
+	avx512vnniSet.qpack, avx512vnniSet.qrows = qpacks16, 16
+	avx512vnniSet.qgemm = [2]qgemmFunc{qgemm16x4AVX512VNNI, qgemm16x4AVX512VNNI}
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
 	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")
@@ -110,11 +138,13 @@ func init() {
 
 // withVNNI returns a copy of ks named name with the integer dot products
 // dots for Q8_0, Q4_0, Q5_0 and Q5_1 rows (q table entries 0–3; the
-// K-quants' kernels are ks's: archQKernels, fillPortableQ).
-func withVNNI(ks *kernelSet, name string, dots [4]qdotFunc) *kernelSet {
+// K-quants' kernels are ks's: archQKernels, fillPortableQ) and the integer
+// prefill kernel gemm for Q8_0 and Q4_0 (eight-row groups).
+func withVNNI(ks *kernelSet, name string, dots [4]qdotFunc, gemm qgemmFunc) *kernelSet {
 	c := *ks
 	c.name = name
 	copy(c.qdotRows[:4], dots[:])
+	c.qgemm, c.qrows = [2]qgemmFunc{gemm, gemm}, 8
 	return &c
 }
 
@@ -143,3 +173,14 @@ func archSets() []*kernelSet {
 // declaredSets lists every set built for this architecture, whether or not
 // this CPU runs it (TestSetsComplete checks even those it cannot run).
 var declaredSets = []*kernelSet{avx512vnniSet, avx512Set, avxvnniSet, avx2Set}
+
+// qgemmVariants lists the integer prefill kernels this CPU runs, by name
+// beyond its sets', so that TestQuantRawGemm checks the EVEX form even
+// where avx512vnni takes the VEX one.
+func qgemmVariants() map[string]qgemmKernels {
+	v := map[string]qgemmKernels{}
+	if x := cpu.X86; x.HasAVX512VL && x.HasAVX512VNNI {
+		v["avx512vnni-evex8"] = qgemmKernels{qpacks, [2]qgemmFunc{qgemm8x4AVX512VNNI, qgemm8x4AVX512VNNI}, 8}
+	}
+	return v
+}

@@ -60,3 +60,7 @@ var declaredSets = []*kernelSet{dotprodSet, neonSet}
 // qdotVariants lists the raw qdotRows forms this CPU runs beyond its sets'
 // (none here).
 func qdotVariants() map[string][4]qdotFunc { return nil }
+
+// qgemmVariants lists the integer prefill kernels this CPU runs beyond its
+// sets' (none here).
+func qgemmVariants() map[string]qgemmKernels { return nil }

@@ -10,3 +10,7 @@ var declaredSets []*kernelSet
 
 // qdotVariants lists the raw qdotRows forms this CPU runs beyond its sets'.
 func qdotVariants() map[string][4]qdotFunc { return nil }
+
+// qgemmVariants lists the integer prefill kernels this CPU runs beyond its
+// sets' (none here).
+func qgemmVariants() map[string]qgemmKernels { return nil }

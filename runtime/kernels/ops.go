@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
@@ -106,15 +108,23 @@ func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 	checkLen("MatMul x", x, T*w.Cols)
 	checkLen("MatMul dst", dst, T*w.Rows)
 	ks := active
+	j := job{op: opMatMul, ks: ks, w: w, dst: dst, x: x, t: T}
+	if ks.intPrefill(w) {
+		p.quantizeX(&j)
+		if w.DType == format.Q8_0 {
+			prepareIntX(j.xd, w.Cols/32, T)
+		}
+	}
 	if groups := (T + ks.gt - 1) / ks.gt; groups >= minChunk*p.workers {
 		// Enough tokens: each worker takes whole groups of tokens over all
 		// rows. Its share of x then stays in its own L2, and it reads the
 		// weights the other workers read at about the same time (from L3);
 		// 8–25% faster than splitting rows at 64 tokens on 2 threads.
-		p.run(job{op: opMatMulTok, ks: ks, w: w, dst: dst, x: x, t: T}, groups)
+		j.op = opMatMulTok
+		p.run(j, groups)
 		return
 	}
-	p.run(job{op: opMatMul, ks: ks, w: w, dst: dst, x: x, t: T}, w.Rows)
+	p.run(j, w.Rows)
 }
 
 // MatMulRowsT computes dst[t,c] = Σ_k A[t,k]·W[k,c] for t < T, with W = w
@@ -195,6 +205,10 @@ func (j *job) colAlign() int {
 			return be
 		}
 		return 16
+	case opMatMul:
+		if j.ks.intPrefill(j.w) {
+			return j.ks.qrows // qgemm's groups of rows
+		}
 	case opMatMulT:
 		a := 16
 		for a%j.ks.tc != 0 || a%be != 0 {
@@ -227,7 +241,9 @@ func (j *job) scratchNeed() (need scratchSize) {
 			need.att = max(need.att, len(j.k)/kvd)
 		}
 	case opMatMul, opMatMulTok:
-		if j.w.DType.Quantized() && j.w.Cols > 0 {
+		if j.ks.intPrefill(j.w) {
+			need.qw = j.ks.qgemmScratch(j.w.Cols)
+		} else if j.w.DType.Quantized() && j.w.Cols > 0 {
 			need.qw = qmatMulBlock(j.ks, j.w.Cols) * j.w.Cols
 		}
 	case opMatMulT:
@@ -265,11 +281,15 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 	case opSwiGLU:
 		swigluRange(j.ks, j.dst[lo:hi], j.x[lo:hi])
 	case opMatMul:
-		matMulRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s)
+		matMulRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, s, j.xq, j.xd)
 	case opMatMulTok: // [lo, hi) are groups of gt tokens
 		R, C := j.w.Rows, j.w.Cols
 		t0, t1 := lo*j.ks.gt, min(hi*j.ks.gt, j.t)
-		matMulRange(j.ks, j.dst[t0*R:t1*R], j.w, j.x[t0*C:t1*C], t1-t0, 0, R, s)
+		xq, xd := j.xq, j.xd
+		if xq != nil {
+			xq, xd = xq[t0*2*C:], xd[t0*2*(C/32):]
+		}
+		matMulRange(j.ks, j.dst[t0*R:t1*R], j.w, j.x[t0*C:t1*C], t1-t0, 0, R, s, xq, xd)
 	case opMatMulT:
 		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, j.chunk, s)
 	case opMatVecBatch, opAddRowsBatch, opAddRowsPartBatch:
@@ -507,7 +527,11 @@ const gemmBlockBytes = 64 << 10
 // Rows are taken in blocks of about gemmBlockBytes; within a block the gr×gt
 // micro-kernel runs over every group of gt tokens, so each weight is read from
 // memory once and converted once per gt tokens.
-func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch) {
+func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch, xq []int8, xd []float32) {
+	if xq != nil {
+		qmatMulInt(ks, dst, w, T, lo, hi, s, xq, xd)
+		return
+	}
 	if w.DType.Quantized() {
 		qmatMulRange(ks, dst, w, x, T, lo, hi, s)
 		return

@@ -13,9 +13,11 @@ import (
 // tails. Decode dots (MatVec, MatVecRows) quantize x to int8 blocks once per
 // call, with a float32 scale per block, and multiply in integers, as GGML's
 // vec_dot_q8_0_q8_0 and vec_dot_q4_0_q8_0 do. The neuron-row accumulation
-// (AddRows) dequantizes the weights to float32 in registers; prefill (MatMul,
-// MatMulRowsT) dequantizes blocks of them to float32 scratch once per call and
-// runs the float32 micro-kernels over them.
+// (AddRows) dequantizes the weights to float32 in registers. Prefill's MatMul
+// multiplies Q8_0 and Q4_0 rows in integers where the set has the kernels
+// (qgemm.go); otherwise, and for MatMulRowsT, it dequantizes blocks of
+// weights to float32 scratch once per call and runs the float32
+// micro-kernels over them.
 
 // qDTypes are the block dtypes of the q tables' indices: the 32-element
 // blocks first (the ones with SIMD forms), then Q5_0/Q5_1 and the K-quants

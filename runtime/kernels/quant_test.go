@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -215,6 +216,66 @@ func TestQuantRawDot(t *testing.T) {
 	}
 }
 
+// TestQuantRawGemm compares each set's integer prefill kernels (qpack, then
+// qgemm over four tokens) with the generic decode dot of each token on the
+// same int8 x: the integer sums are exact, so only float32 rounding differs
+// (qgemm subtracts the weights' offset times Σ x in float32).
+func TestQuantRawGemm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	sets := kernelSets()
+	for name, gemm := range qgemmVariants() {
+		c := *genericSet
+		c.name = name
+		c.qpack, c.qgemm, c.qrows = gemm.pack, gemm.gemm, gemm.rows
+		sets = append(sets, &c)
+	}
+	tested := 0
+	for _, ks := range sets {
+		for _, dt := range []format.DType{format.Q8_0, format.Q4_0} {
+			q := qIndex(dt)
+			if ks.qgemm[q] == nil {
+				continue
+			}
+			tested++
+			G := ks.qrows
+			for _, nb := range []int{1, 2, 3, 18, 64} {
+				n, nx := 32*nb, 2*nb
+				m := randQMat(t, rng, dt, G, n)
+				xq, xd := make([]int8, 4*2*n), make([]float32, 4*nx)
+				x := randVec(rng, 4*n)
+				if nb == 3 {
+					clear(x[n+32 : n+64]) // token 1: an all-zero block, d = 0
+					x[2*n+70] = 127       // token 2: a value mapped to exactly 127
+				}
+				for j := range 4 {
+					quantizeX(xq[j*2*n:(j+1)*2*n], xd[j*nx:(j+1)*nx], x[j*n:(j+1)*n])
+				}
+				want := make([]float32, 4*G)
+				for j := range 4 {
+					genericSet.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[j*2*n], &xd[j*nx], nb, G, &want[G*j], 0)
+				}
+				if dt == format.Q8_0 {
+					prepareIntX(xd, nb, 4)
+				}
+				pack := make([]byte, nb*qpackStride*G/8)
+				ks.qpack[q](&pack[0], dataPtr(m.Mat), m.RowBytes(), nb)
+				ds := G + 3 // tokens strided by G+3: dst's stride is honoured
+				got := make([]float32, 3*ds+G)
+				ks.qgemm[q](&pack[0], &xq[0], 2*n, &xd[nb], 4*nx, nb, &got[0], 4*ds, unsafe.Pointer(&pack[0]))
+				for j := range 4 {
+					for r := range G {
+						_, scale := m.refDot(r, x[j*n:(j+1)*n])
+						checkClose(t, got[ds*j+r], float64(want[G*j+r]), scale, 2e-6, "%s qgemm %v nb %d token %d row %d", ks.name, dt, nb, j, r)
+					}
+				}
+			}
+		}
+	}
+	if tested == 0 {
+		t.Skip("no set of this CPU has integer prefill kernels")
+	}
+}
+
 // TestQuantAddRows checks AddRows (contiguous and gathered rows, zero terms
 // skipped, columns split across workers) on block-quantized rows.
 func TestQuantAddRows(t *testing.T) {
@@ -280,8 +341,13 @@ func TestQuantMatMul(t *testing.T) {
 						MatMul(p, dst, m.Mat, x, T)
 						for u := 0; u < T; u++ {
 							for r := 0; r < rows; r++ {
-								want, scale := m.refDot(r, x[u*cols:(u+1)*cols])
-								checkClose(t, dst[u*rows+r], want, scale, 1e-5, "MatMul %v [%d,%d] T=%d t=%d r=%d", dt, rows, cols, T, u, r)
+								xu := x[u*cols : (u+1)*cols]
+								want, scale := m.refDot(r, xu)
+								tol := 1e-5 * scale
+								if ks.intPrefill(m.Mat) { // x quantized, as MatVec's
+									tol = m.qxBound(r, xu) + 1e-5*scale
+								}
+								checkClose(t, dst[u*rows+r], want, 1, tol, "MatMul %v [%d,%d] T=%d t=%d r=%d", dt, rows, cols, T, u, r)
 							}
 						}
 						// The same matrix as the transposed down_proj [K=rows, C=cols];

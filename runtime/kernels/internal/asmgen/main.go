@@ -161,6 +161,14 @@ func amd64(g *gen) {
 				x.qaxpy4(g, q)
 				x.qcvt(g, q)
 			}
+			for _, q := range qtypes {
+				qpack8(g, q, 8)
+				qpack8(g, q, 16)
+			}
+			for _, v := range []string{"", "AVXVNNI", "AVX512VNNI"} {
+				qgemm8x4(g, v, 8)
+			}
+			qgemm8x4(g, "AVX512VNNI", 16)
 		}
 	}
 	readSumAVX2(g)

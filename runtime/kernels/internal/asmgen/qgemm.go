@@ -1,0 +1,225 @@
+package main
+
+import "fmt"
+
+// Integer prefill of Q8_0 and Q4_0 rows (MatMul; runtime/kernels/qgemm.go).
+// Eight rows' blocks are repacked once per call so that each 32-bit lane of a
+// YMM register is one row: per block b of the eight rows, qpackStride bytes
+//
+//	[0, 32)    d_w of rows 0..7, float32
+//	[32, 288)  for g < 8, rows 0..7: the levels of elements 4g..4g+3 as
+//	           unsigned bytes u (Q4_0: the nibble q, weight (q−8)·d;
+//	           Q8_0: w+128, the int8 w with its sign bit flipped)
+//
+// so that one VPDPBUSD of group g's 32 bytes with a token's four int8 x
+// (broadcast) adds four products to each row's lane: a block is 8 of them,
+// and the lanes need no horizontal sum. GGML's q4_0_8x8 repacking and
+// llamafile's tinyBLAS interleave rows the same way; the unsigned-times-signed
+// offset is GGML's Q4_0 one: Σ u·x = Σ w·x + off·Σ x, off = 8 or 128,
+// subtracted in float32 with quantizeX's 8·d_x·Σ q_x (times 16 for Q8_0,
+// which the caller prepares).
+const qpackStride = 288
+
+// qpack8: the nb blocks of the eight rows at w, w+stride, …, w+7·stride
+// (table index q: Q8_0 or Q4_0) repacked at dst, qpackStride bytes a block.
+// With lanes 16 (qpackHalf16) it writes half of the sixteen-row layout of
+// the ZMM kernel, 576 bytes a block: 16 scales, then for each g the 64
+// bytes of sixteen rows; the eight rows it is given are rows 0–7 of the
+// group at dst, rows 8–15 at dst+32.
+func qpack8(g *gen, q qtype, lanes int) {
+	name := "qpack8" + q.name + "AVX2"
+	if lanes == 16 {
+		name = "qpackHalf16" + q.name + "AVX2"
+	}
+	g.decl("//go:noescape\nfunc %s(dst *byte, w unsafe.Pointer, stride int, nb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ w+8(FP), R8")
+	g.i("MOVQ stride+16(FP), R13")
+	g.i("MOVQ nb+24(FP), CX")
+	g.i("MOVQ ·f16Table(SB), R14")
+	rows := []string{"R8", "R9", "R10", "R11", "R12", "BX", "DX", "SI"}
+	for i := 1; i < 8; i++ {
+		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
+	}
+	if q.name == "Q4_0" {
+		g.i("VMOVDQU qShift4<>(SB), Y14")
+		g.i("MOVL $0x0f0f0f0f, R13")
+	} else {
+		g.i("MOVL $0x80808080, R13")
+	}
+	g.i("VMOVD R13, X15")
+	g.i("VPBROADCASTD X15, Y15")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	for i, r := range rows { // the scales, through the F16 table
+		g.i("MOVWLZX (%s)(AX*1), R13", r)
+		g.i("MOVL (R14)(R13*4), R13")
+		g.i("MOVL R13, %d(DI)", 4*i)
+	}
+	// levels of row i in Y(base+i), element e in byte e
+	levels := func(base int) {
+		for i := 0; i < 4; i++ {
+			y, r := base+i, rows[base+i]
+			if q.name == "Q4_0" {
+				g.i("VBROADCASTI128 2(%s)(AX*1), Y%d", r, y)
+				g.i("VPSRLVD Y14, Y%d, Y%d", y, y)
+				g.i("VPAND Y15, Y%d, Y%d", y, y)
+			} else {
+				g.i("VPXOR 2(%s)(AX*1), Y15, Y%d", r, y)
+			}
+		}
+	}
+	// transpose4 turns four rows r..r+3 (dwords d0..d7) into u_g = [d_g of
+	// the four rows | d_(g+4) of them] in place, through t..t+3.
+	transpose4 := func(r, t int) {
+		g.i("VPUNPCKLDQ Y%d, Y%d, Y%d", r+1, r, t)
+		g.i("VPUNPCKHDQ Y%d, Y%d, Y%d", r+1, r, t+1)
+		g.i("VPUNPCKLDQ Y%d, Y%d, Y%d", r+3, r+2, t+2)
+		g.i("VPUNPCKHDQ Y%d, Y%d, Y%d", r+3, r+2, t+3)
+		g.i("VPUNPCKLQDQ Y%d, Y%d, Y%d", t+2, t, r)
+		g.i("VPUNPCKHQDQ Y%d, Y%d, Y%d", t+2, t, r+1)
+		g.i("VPUNPCKLQDQ Y%d, Y%d, Y%d", t+3, t+1, r+2)
+		g.i("VPUNPCKHQDQ Y%d, Y%d, Y%d", t+3, t+1, r+3)
+	}
+	levels(0)
+	transpose4(0, 4)
+	levels(4)
+	transpose4(4, 8)
+	for k := 0; k < 4; k++ {
+		g.i("VPERM2I128 $0x20, Y%d, Y%d, Y8", 4+k, k)
+		g.i("VMOVDQU Y8, %d(DI)", 4*lanes*(k+1))
+		g.i("VPERM2I128 $0x31, Y%d, Y%d, Y9", 4+k, k)
+		g.i("VMOVDQU Y9, %d(DI)", 4*lanes*(k+5))
+	}
+	g.i("ADDQ $%d, AX", q.bb)
+	g.i("ADDQ $%d, DI", 36*lanes)
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// qgemm8x4: for tokens j < 4 and rows i < 8 of the packed blocks at pw,
+//
+//	dst_j[i] = Σ_{b<nb} d_w[i][b]·(d_x[j][b]·Σ_e u[i][b][e]·q_x[j][b][e] − c[j][b])
+//
+// with token j's x as quantizeX leaves it at xq + j·xstride (64 bytes a
+// block: 32 int8 q_x, then d_x eight times), its offset corrections c at
+// xc + j·cstride (float32, one a block) and its eight sums stored at
+// dst + j·dstride. It prefetches the nb cache lines from pf on, a line a
+// block: the caller's next rows to pack, so that qpack8 reads them from
+// cache (streaming eight rows from memory, it ran at 10 GB/s on Zen 5, a
+// third of a plain read). Each row-token pair's integer sum runs in two halves
+// (groups g even and odd): eight independent chains of four products a
+// block keep the multiplier busy.
+//
+// vnni selects the integer product as qdotRows does: "" VPMADDUBSW then
+// VPMADDWD by ones (only for u ≤ 127 − no saturation: Q4_0), "AVXVNNI" the
+// VEX VPDPBUSD, "AVX512VNNI" the EVEX one with x broadcast from memory.
+//
+// With lanes 16 (AVX512VNNI only) it is qgemm16x4: sixteen rows of the
+// packed layout of qpackHalf16 in ZMM registers, 64 products an instruction.
+func qgemm8x4(g *gen, vnni string, lanes int) {
+	name := "qgemm8x4AVX2"
+	if vnni != "" {
+		name = "qgemm8x4" + vnni
+	}
+	v := "Y"
+	if lanes == 16 {
+		if vnni != "AVX512VNNI" {
+			panic("qgemm16x4 is AVX512VNNI only")
+		}
+		name, v = "qgemm16x4"+vnni, "Z"
+	}
+	g.decl("//go:noescape\nfunc %s(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	g.i("MOVQ pw+0(FP), R8")
+	g.i("MOVQ pf+64(FP), R13")
+	g.i("MOVQ xq+8(FP), SI")
+	g.i("MOVQ xstride+16(FP), R9")
+	g.i("MOVQ xc+24(FP), DX")
+	g.i("MOVQ cstride+32(FP), R11")
+	g.i("MOVQ nb+40(FP), CX")
+	g.i("LEAQ (R9)(R9*2), R10")
+	g.i("LEAQ (R11)(R11*2), R12")
+	xm := func(j, off int) string { // token j's x at offset off of the block
+		return fmt.Sprintf("%d%s", off, []string{"(SI)", "(SI)(R9*1)", "(SI)(R9*2)", "(SI)(R10*1)"}[j])
+	}
+	cm := []string{"(DX)", "(DX)(R11*1)", "(DX)(R11*2)", "(DX)(R12*1)"}
+	for j := 8; j < 12; j++ {
+		g.i("VPXOR%[1]s %[2]s%[3]d, %[2]s%[3]d, %[2]s%[3]d", map[string]string{"Y": "", "Z": "D"}[v], v, j)
+	}
+	if vnni == "" {
+		g.i("VPCMPEQW Y15, Y15, Y15")
+		g.i("VPSRLW $15, Y15, Y15") // sixteen int16 ones
+	}
+	g.i("TESTQ CX, CX")
+	g.i("JEQ store")
+	g.p("loop:")
+	g.i("PREFETCHT0 (R13)")
+	g.i("ADDQ $64, R13")
+	for k := 0; k < 8; k++ {
+		if v == "Z" {
+			g.i("VPXORD Z%d, Z%d, Z%d", k, k, k)
+		} else {
+			g.i("VPXOR Y%d, Y%d, Y%d", k, k, k)
+		}
+	}
+	for grp := 0; grp < 8; grp++ {
+		if v == "Z" {
+			g.i("VMOVDQU32 %d(R8), Z12", 4*lanes*(grp+1))
+		} else {
+			g.i("VMOVDQU %d(R8), Y12", 4*lanes*(grp+1))
+		}
+		for j := 0; j < 4; j++ {
+			acc := j + 4*(grp&1)
+			switch vnni {
+			case "":
+				g.i("VPBROADCASTD %s, Y13", xm(j, 4*grp))
+				g.i("VPMADDUBSW Y13, Y12, Y14")
+				g.i("VPMADDWD Y15, Y14, Y14")
+				g.i("VPADDD Y14, Y%d, Y%d", acc, acc)
+			case "AVXVNNI":
+				g.i("VPBROADCASTD %s, Y13", xm(j, 4*grp))
+				g.i(vpdpbusdVEX(acc, 12, 13))
+			case "AVX512VNNI":
+				g.i("VPDPBUSD.BCST %[1]s, %[2]s12, %[2]s%[3]d", xm(j, 4*grp), v, acc)
+			default:
+				panic("qgemm8x4: vnni " + vnni)
+			}
+		}
+	}
+	for j := 0; j < 4; j++ {
+		g.i("VPADDD %[1]s%[2]d, %[1]s%[3]d, %[1]s%[3]d", v, 4+j, j)
+		g.i("VCVTDQ2PS %[1]s%[2]d, %[1]s%[2]d", v, j)
+		g.i("VBROADCASTSS %s, %s13", cm[j], v)
+		if v == "Z" { // d_x from its first copy
+			g.i("VFMSUB132PS.BCST %s, Z13, Z%d", xm(j, 32), j)
+		} else {
+			g.i("VFMSUB132PS %s, Y13, Y%d", xm(j, 32), j) // · d_x − c
+		}
+		g.i("VFMADD231PS (R8), %[1]s%[2]d, %[1]s%[3]d", v, j, 8+j) // · d_w
+	}
+	g.i("ADDQ $%d, R8", 36*lanes)
+	g.i("ADDQ $64, SI")
+	g.i("ADDQ $4, DX")
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("store:")
+	g.i("MOVQ dst+48(FP), DI")
+	g.i("MOVQ dstride+56(FP), BX")
+	g.i("LEAQ (BX)(BX*2), R13")
+	for j, m := range []string{"(DI)", "(DI)(BX*1)", "(DI)(BX*2)", "(DI)(R13*1)"} {
+		g.i("VMOVUPS %s%d, %s", v, 8+j, m)
+	}
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
