@@ -85,6 +85,8 @@ func EstimateMemory(c Config, fileBytes, tokenizerBytes int64, context, prompt, 
 	var scratch int64
 	if T > 1 { // prefill's GEMM packs panels of each thread's rows
 		scratch = kernels.PackScratchBytes(threads, int(max(I, qd, H)), c.Hidden)
+		// and, on block-quantized weights, quantizes x once per product
+		scratch += kernels.QuantizedXBytes(int(T), int(max(I, qd, H)))
 	}
 	m.Buffers = rope + acts + logits + scratch
 	m.TokenizerLive = int64(tokenizerLivePerByte * float64(tokenizerBytes))

@@ -34,6 +34,13 @@ func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
 	p.run(j, len(rows))
 }
 
+// QuantizedXBytes is the caller's scratch that holds T vectors of cols
+// floats quantized to int8 blocks (Pool.quantizeX: 64 bytes and two float32
+// a block of 32), kept by the pool once a product of that size ran.
+func QuantizedXBytes(T, cols int) int64 {
+	return int64(T) * int64(cols/32) * (64 + 8)
+}
+
 // quantizeX gives a MatVec job on block-quantized weights its x quantized to
 // int8 blocks (quantizeX in quant.go; quantizeXK, one scale per 256, for the
 // K-quants), in the caller's scratch: for
