@@ -157,6 +157,15 @@ func qaxpy4Q5_1NEON(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer,
 func qcvtQ5_1NEON(dst *float32, src unsafe.Pointer, nb int)
 
 //go:noescape
+func qpack8Q8_0NEON(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qpack8Q4_0NEON(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qgemm8x4DOTPROD(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+
+//go:noescape
 func kaccumQ4_KNEON(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)
 
 //go:noescape

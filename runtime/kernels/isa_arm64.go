@@ -32,13 +32,17 @@ var neonSet = &kernelSet{
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON, qaxpy4Q5_0NEON, qaxpy4Q5_1NEON},
 }
 
-// dotprodSet is neonSet with the decode dots of block-quantized rows done
-// by SDOT (FEAT_DotProd, HWCAP asimddp).
+// dotprodSet is neonSet with the decode dots and the prefill products of
+// block-quantized rows done by SDOT (FEAT_DotProd, HWCAP asimddp).
 var dotprodSet = func() *kernelSet {
 	c := *neonSet
 	c.name = "dotprod"
 	c.features = []string{"asimd", "asimddp"}
 	copy(c.qdotRows[:4], []qdotFunc{qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD, qdotRowsQ5_0DOTPROD, qdotRowsQ5_1DOTPROD}) // Q8_0, Q4_0, Q5_0, Q5_1 (the K-quants': archQKernels)
+	// Integer prefill of Q8_0 and Q4_0 (qgemm.go): signed levels, SDOT by
+	// lane; the neon set dequantizes to float32 instead.
+	c.qpack = [2]func(dst *byte, w unsafe.Pointer, stride int, nb int){qpack8Q8_0NEON, qpack8Q4_0NEON}
+	c.qgemm, c.qrows = [2]qgemmFunc{qgemm8x4DOTPROD, qgemm8x4DOTPROD}, 8
 	return &c
 }()
 

@@ -1001,6 +1001,10 @@ func arm64(g *gen) {
 		}
 		neonQCvt(g, q)
 	}
+	for _, q := range qtypes {
+		neonQpack8(g, q)
+	}
+	neonQgemm8x4(g)
 	neonKaccumK4(g, false)
 	neonKaccumK4(g, true)
 	neonKaccumQ6(g)

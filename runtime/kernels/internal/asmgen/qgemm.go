@@ -223,3 +223,148 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 	g.i("RET")
 	g.p("")
 }
+
+// ---------------------------------------------------------------- arm64 ---
+
+// The NEON forms pack the same layout with signed levels (Q4_0: q−8;
+// Q8_0: w), since SDOT multiplies signed by signed: no offset, and qgemm
+// ignores the corrections xc.
+
+// trn is TRN1 (two false) or TRN2 Vd, Vn, Vm on 32-bit (d64 false) or
+// 64-bit lanes: the even (TRN1) or odd (TRN2) lanes of Vn and Vm
+// interleaved.
+func trn(two, d64 bool, d, n, m int) string {
+	enc, asm := 0x4E802800, "TRN1 V%d.4S, V%d.4S, V%d.4S"
+	if d64 {
+		enc, asm = 0x4EC02800, "TRN1 V%d.2D, V%d.2D, V%d.2D"
+	}
+	if two {
+		enc |= 0x4000
+		asm = "TRN2" + asm[4:]
+	}
+	return word(enc|m<<16|n<<5|d, asm, d, n, m)
+}
+
+// sdotLane is SDOT Vd.4S, Vn.16B, Vm.4B[i]: each int32 lane of Vd adds the
+// four products of its bytes of Vn with bytes 4i..4i+3 of Vm.
+func sdotLane(d, n, m, i int) string {
+	return word(0x4F80E000|(i&1)<<21|m<<16|(i>>1)<<11|n<<5|d, "SDOT V%d.4S, V%d.16B, V%d.4B[%d]", d, n, m, i)
+}
+
+// neonQpack8 is qpack8 for NEON: rows in R4..R11, levels of row i in
+// V(2i) (elements 0–15, groups 0–3) and V(2i+1) (16–31, groups 4–7); each
+// quarter (four rows, four groups) transposed by TRN1/TRN2.
+func neonQpack8(g *gen, q qtype) {
+	name := "qpack8" + q.name + "NEON"
+	neonText(g, name, 32, "(dst *byte, w unsafe.Pointer, stride int, nb int)")
+	g.i("MOVD dst+0(FP), R0")
+	g.i("MOVD w+8(FP), R4")
+	g.i("MOVD stride+16(FP), R2")
+	g.i("MOVD nb+24(FP), R3")
+	neonQConsts(g) // R14 the F16 table, V30 bytes 0x0F, V29 bytes 8
+	for i := 5; i < 12; i++ {
+		g.i("ADD R2, R%d, R%d", i-1, i)
+	}
+	g.i("CBZ R3, done")
+	g.p("blk:")
+	for i := 0; i < 8; i++ {
+		r := 4 + i
+		g.i("MOVHU (R%d), R15", r)
+		g.i("MOVWU (R14)(R15<<2), R16")
+		g.i("MOVW R16, %d(R0)", 4*i)
+		g.i("ADD $2, R%d, R15", r)
+		if q.name == "Q8_0" {
+			g.i("VLD1 (R15), [V%d.B16, V%d.B16]", 2*i, 2*i+1)
+		} else {
+			g.i("VLD1 (R15), [V%d.B16]", 2*i)
+			g.i("VUSHR $4, V%d.B16, V%d.B16", 2*i, 2*i+1)
+			g.i("VAND V30.B16, V%d.B16, V%d.B16", 2*i, 2*i)
+			g.i("VSUB V29.B16, V%d.B16, V%d.B16", 2*i, 2*i)
+			g.i("VSUB V29.B16, V%d.B16, V%d.B16", 2*i+1, 2*i+1)
+		}
+		g.i("ADD $%d, R%d, R%d", q.bb, r, r)
+	}
+	// quarter: rows r..r+3 (first 0 or 4), half h (groups 4h..4h+3):
+	// row i's register is V(2i+h); the four outputs go to V16..V19
+	// (through V20..V23), group 4h+k's rows r..r+3 in V(16+k).
+	for _, h := range []int{0, 1} {
+		for _, first := range []int{0, 4} {
+			v := func(i int) int { return 2*(first+i) + h }
+			g.i(trn(false, false, 20, v(0), v(1)))
+			g.i(trn(true, false, 21, v(0), v(1)))
+			g.i(trn(false, false, 22, v(2), v(3)))
+			g.i(trn(true, false, 23, v(2), v(3)))
+			g.i(trn(false, true, 16, 20, 22)) // group 4h
+			g.i(trn(false, true, 17, 21, 23)) // 4h+1
+			g.i(trn(true, true, 18, 20, 22))  // 4h+2
+			g.i(trn(true, true, 19, 21, 23))  // 4h+3
+			for k := 0; k < 4; k++ {
+				g.i("FMOVQ F%d, %d(R0)", 16+k, 32+32*(4*h+k)+4*first)
+			}
+		}
+	}
+	g.i("ADD $%d, R0, R0", qpackStride)
+	g.i("SUBS $1, R3, R3")
+	g.i("BNE blk")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// neonQgemm8x4 is qgemm8x4 by SDOT: token j's 32 x bytes in V(2j), V(2j+1),
+// rows 0–3 and 4–7 of token j summed in V(8+2j), V(9+2j) (int32), then in
+// float32 in V(16+2j), V(17+2j); a group's weights in V24, V25, the
+// block's d_w in V26, V27, d_x broadcast in V28.
+func neonQgemm8x4(g *gen) {
+	name := "qgemm8x4DOTPROD"
+	neonText(g, name, 72, "(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)")
+	g.i("MOVD pw+0(FP), R0")
+	g.i("MOVD xq+8(FP), R1")
+	g.i("MOVD xstride+16(FP), R9")
+	g.i("MOVD nb+40(FP), R5")
+	g.i("MOVD pf+64(FP), R6")
+	for j := 2; j < 5; j++ {
+		g.i("ADD R9, R%d, R%d", j-1, j)
+	}
+	zero(g, 16, 17, 18, 19, 20, 21, 22, 23)
+	g.i("CBZ R5, store")
+	g.p("blk:")
+	g.i("PRFM (R6), PLDL1KEEP")
+	g.i("ADD $64, R6, R6")
+	for j := 0; j < 4; j++ {
+		g.i("VLD1 (R%d), [V%d.B16, V%d.B16]", 1+j, 2*j, 2*j+1)
+	}
+	zero(g, 8, 9, 10, 11, 12, 13, 14, 15)
+	g.i("VLD1.P 32(R0), [V26.S4, V27.S4]")
+	for grp := 0; grp < 8; grp++ {
+		g.i("VLD1.P 32(R0), [V24.B16, V25.B16]")
+		for j := 0; j < 4; j++ {
+			g.i(sdotLane(8+2*j, 24, 2*j+grp/4, grp%4))
+			g.i(sdotLane(9+2*j, 25, 2*j+grp/4, grp%4))
+		}
+	}
+	for j := 0; j < 4; j++ {
+		g.i("FMOVS 32(R%d), F28", 1+j)
+		g.i("VDUP V28.S[0], V28.S4")
+		g.i(scvtfV(8+2*j, 8+2*j))
+		g.i(scvtfV(9+2*j, 9+2*j))
+		g.i(fmulV(8+2*j, 8+2*j, 28))
+		g.i(fmulV(9+2*j, 9+2*j, 28))
+		g.i("VFMLA V26.S4, V%d.S4, V%d.S4", 8+2*j, 16+2*j)
+		g.i("VFMLA V27.S4, V%d.S4, V%d.S4", 9+2*j, 17+2*j)
+		g.i("ADD $64, R%d, R%d", 1+j, 1+j)
+	}
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
+	g.p("store:")
+	g.i("MOVD dst+48(FP), R7")
+	g.i("MOVD dstride+56(FP), R8")
+	for j := 0; j < 4; j++ {
+		g.i("VST1 [V%d.S4, V%d.S4], (R7)", 16+2*j, 17+2*j)
+		if j < 3 {
+			g.i("ADD R8, R7, R7")
+		}
+	}
+	g.i("RET")
+	g.p("")
+}
