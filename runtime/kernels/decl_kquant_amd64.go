@@ -34,3 +34,15 @@ func kaccumQ5_KAVX2(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a 
 
 //go:noescape
 func kaccumQ6_KAVX2(dst *float32, q *[4]unsafe.Pointer, sc *[64]float32, a *[4]float32, rows int)
+
+//go:noescape
+func qpack8Q4_KAVX2(dst *byte, w unsafe.Pointer, stride int, nsb int)
+
+//go:noescape
+func qpackHalf16Q4_KAVX2(dst *byte, w unsafe.Pointer, stride int, nsb int)
+
+//go:noescape
+func qpack8Q5_KAVX2(dst *byte, w unsafe.Pointer, stride int, nsb int)
+
+//go:noescape
+func qpackHalf16Q5_KAVX2(dst *byte, w unsafe.Pointer, stride int, nsb int)

@@ -88,20 +88,20 @@ type kernelSet struct {
 	// portable quantizeX does, with the same results.
 	quantizeX func(xq *int8, xd *float32, x *float32, nb int)
 
-	// Integer prefill (qgemm.go), index [q] of Q8_0 and Q4_0; nil where
-	// the set multiplies dequantized float32 weights instead.
+	// Integer prefill (qgemm.go), index [q] as above; nil where the set
+	// multiplies dequantized float32 weights instead.
 	//
 	// qpack repacks the nb blocks of the qrows (8 or 16) rows at w,
 	// w+stride, … into dst, qpackStride·qrows/8 bytes a block (the layout
 	// of internal/asmgen/qgemm.go).
-	qpack [2]func(dst *byte, w unsafe.Pointer, stride int, nb int)
+	qpack [nq]func(dst *byte, w unsafe.Pointer, stride int, nb int)
 	qrows int
-	// qgemm sets dst_j[i] = Σ_b d_w[i][b]·(d_x[j][b]·Σ_e u·q_x − c[j][b])
+	// qgemm sets dst_j[i] = Σ_b d_w[i][b]·d_x[j][b]·Σ_e u·q_x − m_w[i][b]·c[j][b]
 	// for the qrows packed rows i at pw and four tokens j: token j's x as
-	// quantizeX leaves it at xq + j·xstride bytes, its offset corrections
-	// c at xc + j·cstride bytes, its qrows sums at dst + j·dstride bytes;
+	// quantizeX leaves it at xq + j·xstride bytes, its sums c = 8·d_x·Σ q_x
+	// at xc + j·cstride bytes, its qrows sums at dst + j·dstride bytes;
 	// it prefetches the nb cache lines from pf on (the next rows to pack).
-	qgemm [2]func(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+	qgemm [nq]func(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
 }
 
 // qdotFunc is the type of a set's qdotRows kernels.

@@ -30,8 +30,7 @@ var avx2Set = &kernelSet{
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
 	qpack:     qpacks,
 	qrows:     8,
-	// Q4_0 only: VPMADDUBSW saturates Q8_0's w+128 times x
-	qgemm: [2]qgemmFunc{nil, qgemm8x4AVX2},
+	qgemm:     qgemmTable(qgemm8x4AVX2, qpacks, false),
 }
 
 var avx512Set = &kernelSet{
@@ -57,8 +56,7 @@ var avx512Set = &kernelSet{
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX2, qaxpy4Q4_0AVX2, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
 	qpack:     qpacks,
 	qrows:     8,
-	// Q4_0 only: VPMADDUBSW saturates Q8_0's w+128 times x
-	qgemm: [2]qgemmFunc{nil, qgemm8x4AVX2},
+	qgemm:     qgemmTable(qgemm8x4AVX2, qpacks, false),
 }
 
 // The VNNI sets are the AVX2 and AVX-512 sets with the decode dots of the
@@ -77,18 +75,26 @@ var avx512Set = &kernelSet{
 // EVEX ones only where it has AVX512-VNNI alone (Ice Lake server, Zen 4).
 // The AVX-512 set's other kernels were 1.1–2.0× faster than AVX2's there (F16
 // dot 6.2 against 12.5 µs, F16 axpy 7.0 against 13.9), none slower.
-var qpacks = [2]func(dst *byte, w unsafe.Pointer, stride int, nb int){qpack8Q8_0AVX2, qpack8Q4_0AVX2}
+var qpacks = [nq]qpackFunc{
+	qpack8Q8_0AVX2, qpack8Q4_0AVX2, nil, nil,
+	func(dst *byte, w unsafe.Pointer, stride int, nb int) { qpack8Q4_KAVX2(dst, w, stride, nb/8) },
+	func(dst *byte, w unsafe.Pointer, stride int, nb int) { qpack8Q5_KAVX2(dst, w, stride, nb/8) },
+}
 
 // qpacks16 pack sixteen rows for qgemm16x4 as two halves of eight.
-var qpacks16 = [2]func(dst *byte, w unsafe.Pointer, stride int, nb int){
-	func(dst *byte, w unsafe.Pointer, stride int, nb int) {
-		qpackHalf16Q8_0AVX2(dst, w, stride, nb)
-		qpackHalf16Q8_0AVX2((*byte)(unsafe.Add(unsafe.Pointer(dst), 32)), unsafe.Add(w, 8*stride), stride, nb)
-	},
-	func(dst *byte, w unsafe.Pointer, stride int, nb int) {
-		qpackHalf16Q4_0AVX2(dst, w, stride, nb)
-		qpackHalf16Q4_0AVX2((*byte)(unsafe.Add(unsafe.Pointer(dst), 32)), unsafe.Add(w, 8*stride), stride, nb)
-	},
+var qpacks16 = [nq]qpackFunc{
+	halves16(qpackHalf16Q8_0AVX2, 1), halves16(qpackHalf16Q4_0AVX2, 1), nil, nil,
+	halves16(qpackHalf16Q4_KAVX2, 8), halves16(qpackHalf16Q5_KAVX2, 8),
+}
+
+// halves16 returns the qpack of sixteen rows that packs rows 0–7 and 8–15
+// with half, which takes the count of blocks of per (8 for the K-quants'
+// super-blocks) blocks of 32.
+func halves16(half func(dst *byte, w unsafe.Pointer, stride int, n int), per int) qpackFunc {
+	return func(dst *byte, w unsafe.Pointer, stride int, nb int) {
+		half(dst, w, stride, nb/per)
+		half((*byte)(unsafe.Add(unsafe.Pointer(dst), 32)), unsafe.Add(w, 8*stride), stride, nb/per)
+	}
 }
 
 var (
@@ -125,7 +131,7 @@ func init() {
 	// AVX2 and AVX-512 sets take the VPMADDUBSW form for Q4_0 (98 GMAC/s;
 	// Q8_0's w+128 would saturate it) and dequantize Q8_0 to float32.
 	avx512vnniSet.qpack, avx512vnniSet.qrows = qpacks16, 16
-	avx512vnniSet.qgemm = [2]qgemmFunc{qgemm16x4AVX512VNNI, qgemm16x4AVX512VNNI}
+	avx512vnniSet.qgemm = qgemmTable(qgemm16x4AVX512VNNI, qpacks16, true)
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
 	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")
@@ -144,7 +150,7 @@ func withVNNI(ks *kernelSet, name string, dots [4]qdotFunc, gemm qgemmFunc) *ker
 	c := *ks
 	c.name = name
 	copy(c.qdotRows[:4], dots[:])
-	c.qgemm, c.qrows = [2]qgemmFunc{gemm, gemm}, 8
+	c.qgemm, c.qrows = qgemmTable(gemm, c.qpack, true), 8
 	return &c
 }
 
@@ -180,7 +186,7 @@ var declaredSets = []*kernelSet{avx512vnniSet, avx512Set, avxvnniSet, avx2Set}
 func qgemmVariants() map[string]qgemmKernels {
 	v := map[string]qgemmKernels{}
 	if x := cpu.X86; x.HasAVX512VL && x.HasAVX512VNNI {
-		v["avx512vnni-evex8"] = qgemmKernels{qpacks, [2]qgemmFunc{qgemm8x4AVX512VNNI, qgemm8x4AVX512VNNI}, 8}
+		v["avx512vnni-evex8"] = qgemmKernels{qpacks, qgemmTable(qgemm8x4AVX512VNNI, qpacks, true), 8}
 	}
 	return v
 }

@@ -39,10 +39,10 @@ var dotprodSet = func() *kernelSet {
 	c.name = "dotprod"
 	c.features = []string{"asimd", "asimddp"}
 	copy(c.qdotRows[:4], []qdotFunc{qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD, qdotRowsQ5_0DOTPROD, qdotRowsQ5_1DOTPROD}) // Q8_0, Q4_0, Q5_0, Q5_1 (the K-quants': archQKernels)
-	// Integer prefill of Q8_0 and Q4_0 (qgemm.go): signed levels, SDOT by
-	// lane; the neon set dequantizes to float32 instead.
-	c.qpack = [2]func(dst *byte, w unsafe.Pointer, stride int, nb int){qpack8Q8_0NEON, qpack8Q4_0NEON}
-	c.qgemm, c.qrows = [2]qgemmFunc{qgemm8x4DOTPROD, qgemm8x4DOTPROD}, 8
+	// Integer prefill (qgemm.go): SDOT by lane; Q8_0 and Q4_0 pack signed
+	// levels in assembly; the neon set dequantizes to float32 instead.
+	c.qpack = [nq]qpackFunc{qpack8Q8_0NEON, qpack8Q4_0NEON}
+	c.qgemm, c.qrows = qgemmTable(qgemm8x4DOTPROD, c.qpack, true), 8
 	return &c
 }()
 

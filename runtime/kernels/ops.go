@@ -3,8 +3,6 @@ package kernels
 import (
 	"fmt"
 	"unsafe"
-
-	"github.com/selectinfer/sinf/format"
 )
 
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
@@ -118,9 +116,6 @@ func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 	j := job{op: opMatMul, ks: ks, w: w, dst: dst, x: x, t: T}
 	if ks.intPrefill(w) {
 		p.quantizeX(&j)
-		if w.DType == format.Q8_0 {
-			prepareIntX(j.xd, w.Cols/32, T)
-		}
 	}
 	if groups := (T + ks.gt - 1) / ks.gt; groups >= minChunk*p.workers {
 		// Enough tokens: each worker takes whole groups of tokens over all

@@ -2,21 +2,25 @@ package kernels
 
 import "unsafe"
 
-// Integer prefill (MatMul on Q8_0 and Q4_0 rows, sets with qgemm): x is
-// quantized once per call to int8 blocks (quantizeX, as for decode), the
-// weight rows are repacked eight (or sixteen: ks.qrows) at a time so that a
-// register's 32-bit lanes are rows (qpack), and the qgemm micro-kernel
-// multiplies those rows by four tokens in integers, converting once per
-// block. Each weight is repacked
-// once per call and read from the packed copy by every group of four tokens.
-// The packed layout is internal/asmgen/qgemm.go's; the results carry x's
-// rounding as MatVec's do (at most max|x| of a block / 254 per element).
+// Integer prefill (MatMul on block-quantized rows, sets with qgemm): x is
+// quantized once per call to int8 blocks (Pool.quantizeX, as for decode;
+// the K-quants' with one scale per 256), the weight rows are repacked eight
+// (or sixteen: ks.qrows) at a time so that a register's 32-bit lanes are
+// rows (qpack), and the qgemm micro-kernel multiplies those rows by four
+// tokens in integers, converting once per block of 32. Each weight is
+// repacked once per call and read from the packed copy by every group of
+// four tokens. The packed layout is internal/asmgen/qgemm.go's: per block of
+// the rows, d_w and m_w per row and the levels u, weight d_w·u − 8·m_w. Q8_0
+// and Q4_0 pack in assembly, and on amd64 Q4_K and Q5_K; the others
+// dequantize to float32 instead (Q6_K's scales are per 16). The results
+// carry x's rounding as MatVec's do (at most max|x| of a block, or of a
+// K-quant's 256, / 254 per element).
 
 // qgemmKernels is a set's integer prefill kernels (kernelSet.qpack, qgemm,
 // qrows).
 type qgemmKernels struct {
-	pack [2]func(dst *byte, w unsafe.Pointer, stride int, nb int)
-	gemm [2]qgemmFunc
+	pack [nq]qpackFunc
+	gemm [nq]qgemmFunc
 	rows int
 }
 
@@ -24,8 +28,8 @@ type qgemmKernels struct {
 type qgemmFunc = func(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
 
 // qpackStride is the bytes of one packed block of eight rows (a set with
-// qrows 16 packs sixteen rows in twice that).
-const qpackStride = 288
+// qrows 16 packs sixteen rows in twice that): 40 a row.
+const qpackStride = 320
 
 // qpackBytes is about the size of the packed rows qmatMulInt keeps while every
 // token goes over them (L2-resident).
@@ -39,11 +43,10 @@ func (ks *kernelSet) qgemmRows(nb int) int {
 
 // intPrefill reports whether ks multiplies w's rows in integers in MatMul.
 func (ks *kernelSet) intPrefill(w Mat) bool {
-	if !w.DType.Quantized() || w.DType.KQuant() {
+	if !w.DType.Quantized() || w.Cols == 0 {
 		return false
 	}
-	q := qIndex(w.DType)
-	return q < len(ks.qgemm) && ks.qgemm[q] != nil && w.Cols > 0
+	return ks.qgemm[qIndex(w.DType)] != nil
 }
 
 // qgemmScratch is the float32s of worker scratch qmatMulInt packs rows of
@@ -53,32 +56,20 @@ func (ks *kernelSet) qgemmScratch(cols int) int {
 	return (ks.qgemmRows(nb)*nb*qpackStride/8 + 3) / 4
 }
 
-// prepareIntX turns quantizeX's Q4_0 offset corrections 8·d_x·Σ q_x (xd[nb+b]
-// of each of T tokens) into Q8_0's, 128·d_x·Σ q_x, for the qgemm kernels
-// (which subtract off·Σ x for weights stored as w + off).
-func prepareIntX(xd []float32, nb, T int) {
-	for t := range T {
-		for i, v := range xd[t*2*nb+nb : (t+1)*2*nb] {
-			xd[t*2*nb+nb+i] = 16 * v
-		}
-	}
-}
-
 // qmatMulInt is qmatMulRange in integers: rows [lo, hi) of w by T tokens of
-// x quantized (xq, xd as Pool.quantizeX leaves them, Q8_0's corrections
-// through prepareIntX). Rows are packed qgemmRows at a time; the last
+// x quantized (xq, xd as Pool.quantizeX leaves them). Rows are packed qgemmRows at a time; the last
 // tokens short of four and the last rows short of a group (ks.qrows) go
 // through the decode dots (qdotRows) on the same quantized x.
 func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, xq []int8, xd []float32) {
 	C, R, rb := w.Cols, w.Rows, w.RowBytes()
-	nb, q := C/32, qIndex(w.DType)
+	nb, q := C/32, qIndex(w.DType) // blocks of 32, K-quants' sub-blocks too
 	nq, nd := 2*C, 2*nb
 	base := dataPtr(w)
 	pack := unsafe.Slice((*byte)(unsafe.Pointer(&s.qw[0])), 4*len(s.qw))
 	G := ks.qrows
 	gstride := nb * qpackStride * G / 8 // bytes of one packed group
-	dots := func(r0, n int, t int) {
-		ks.qdotRows[q](unsafe.Add(base, r0*rb), rb, nil, &xq[t*nq], &xd[t*nd], nb, n, &dst[t*R+r0], 0)
+	dots := func(r0, n int, t int) {    // nb of the dtype's blocks
+		ks.qdotRows[q](unsafe.Add(base, r0*rb), rb, nil, &xq[t*nq], &xd[t*nd], C/qBlockElems[q], n, &dst[t*R+r0], 0)
 	}
 	block := ks.qgemmRows(nb)
 	whole := func(n int) int { return n / G * G }
@@ -115,4 +106,21 @@ func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, 
 			dots(r0, hi-r0, t)
 		}
 	}
+}
+
+// qpackFunc is the type of a set's qpack kernels.
+type qpackFunc = func(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+// qgemmTable is a set's qgemm table: g for every dtype with a packer in
+// pack but Q8_0 without q8 (a VPMADDUBSW form would saturate its w+128 times
+// x). Dtypes without an assembly packer keep the float32 path: packing in
+// Go (qpackGo, the tests' reference) cost more than it saved (SmolLM2-135M
+// Q4_K_M prefill, whose 576-wide rows are Q5_0/Q5_1: 600 → 524 tokens/s).
+func qgemmTable(g qgemmFunc, pack [nq]qpackFunc, q8 bool) (t [nq]qgemmFunc) {
+	for q := range nq {
+		if pack[q] != nil && (q8 || q != 0) {
+			t[q] = g
+		}
+	}
+	return t
 }

@@ -231,14 +231,18 @@ func TestQuantRawGemm(t *testing.T) {
 	}
 	tested := 0
 	for _, ks := range sets {
-		for _, dt := range []format.DType{format.Q8_0, format.Q4_0} {
+		for _, dt := range quantDTypes {
 			q := qIndex(dt)
 			if ks.qgemm[q] == nil {
 				continue
 			}
 			tested++
 			G := ks.qrows
-			for _, nb := range []int{1, 2, 3, 18, 64} {
+			nbs := []int{1, 2, 3, 18, 64}
+			if dt.KQuant() {
+				nbs = []int{8, 16, 64}
+			}
+			for _, nb := range nbs {
 				n, nx := 32*nb, 2*nb
 				m := randQMat(t, rng, dt, G, n)
 				xq, xd := make([]int8, 4*2*n), make([]float32, 4*nx)
@@ -247,18 +251,24 @@ func TestQuantRawGemm(t *testing.T) {
 					clear(x[n+32 : n+64]) // token 1: an all-zero block, d = 0
 					x[2*n+70] = 127       // token 2: a value mapped to exactly 127
 				}
-				for j := range 4 {
-					quantizeX(xq[j*2*n:(j+1)*2*n], xd[j*nx:(j+1)*nx], x[j*n:(j+1)*n])
+				for j := range 4 { // as MatMul quantizes it: the K-quants' with a scale per 256
+					quantize := quantizeX
+					if dt.KQuant() {
+						quantize = quantizeXK
+					}
+					quantize(xq[j*2*n:(j+1)*2*n], xd[j*nx:(j+1)*nx], x[j*n:(j+1)*n])
 				}
 				want := make([]float32, 4*G)
 				for j := range 4 {
-					genericSet.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[j*2*n], &xd[j*nx], nb, G, &want[G*j], 0)
-				}
-				if dt == format.Q8_0 {
-					prepareIntX(xd, nb, 4)
+					genericSet.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &xq[j*2*n], &xd[j*nx], n/blockElems(dt), G, &want[G*j], 0)
 				}
 				pack := make([]byte, nb*qpackStride*G/8)
 				ks.qpack[q](&pack[0], dataPtr(m.Mat), m.RowBytes(), nb)
+				if dt.KQuant() { // the assembly packers: the bytes of the portable one
+					ref := make([]byte, len(pack))
+					qpackGo(q, G, &ref[0], dataPtr(m.Mat), m.RowBytes(), nb)
+					require.Equal(t, ref, pack, "%s qpack %v nb %d", ks.name, dt, nb)
+				}
 				ds := G + 3 // tokens strided by G+3: dst's stride is honoured
 				got := make([]float32, 3*ds+G)
 				ks.qgemm[q](&pack[0], &xq[0], 2*n, &xd[nb], 4*nx, nb, &got[0], 4*ds, unsafe.Pointer(&pack[0]))
@@ -345,7 +355,7 @@ func TestQuantMatMul(t *testing.T) {
 								want, scale := m.refDot(r, xu)
 								tol := 1e-5 * scale
 								if ks.intPrefill(m.Mat) { // x quantized, as MatVec's
-									tol = m.qxBound(r, xu) + 1e-5*scale
+									tol = m.qxBound(r, xu) + 1e-5*minTermBound(dt)*scale
 								}
 								checkClose(t, dst[u*rows+r], want, 1, tol, "MatMul %v [%d,%d] T=%d t=%d r=%d", dt, rows, cols, T, u, r)
 							}

@@ -27,6 +27,10 @@ func kquantAMD64(g *gen) {
 	kaccumK4AVX2(g, false)
 	kaccumK4AVX2(g, true)
 	kaccumQ6KAVX2(g)
+	for _, five := range []bool{false, true} {
+		qpackK8(g, five, 8)
+		qpackK8(g, five, 16)
+	}
 }
 
 // qdotRowsQ4KAVX2: dst[j] = the dot of row r (nb Q4_K super-blocks of 144

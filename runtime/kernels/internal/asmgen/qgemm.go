@@ -2,30 +2,31 @@ package main
 
 import "fmt"
 
-// Integer prefill of Q8_0 and Q4_0 rows (MatMul; runtime/kernels/qgemm.go).
-// Eight rows' blocks are repacked once per call so that each 32-bit lane of a
-// YMM register is one row: per block b of the eight rows, qpackStride bytes
+// Integer prefill of block-quantized rows (MatMul; runtime/kernels/qgemm.go).
+// L rows' blocks (L = 8 for YMM and NEON, 16 for ZMM) are repacked once per
+// call so that each 32-bit lane of a register is one row: per block b of 32
+// elements of the L rows, 40·L bytes
 //
-//	[0, 32)    d_w of rows 0..7, float32
-//	[32, 288)  for g < 8, rows 0..7: the levels of elements 4g..4g+3 as
-//	           unsigned bytes u (Q4_0: the nibble q, weight (q−8)·d;
-//	           Q8_0: w+128, the int8 w with its sign bit flipped)
+//	[0, 4L)    d_w of rows 0..L−1, float32
+//	[4L, 8L)   m_w of rows 0..L−1, float32
+//	[8L, 40L)  for g < 8, rows 0..L−1: the levels of elements 4g..4g+3 as
+//	           bytes u, unsigned on amd64 (weight d_w·u − 8·m_w)
 //
-// so that one VPDPBUSD of group g's 32 bytes with a token's four int8 x
+// so that one VPDPBUSD of group g's 4L bytes with a token's four int8 x
 // (broadcast) adds four products to each row's lane: a block is 8 of them,
 // and the lanes need no horizontal sum. GGML's q4_0_8x8 repacking and
-// llamafile's tinyBLAS interleave rows the same way; the unsigned-times-signed
-// offset is GGML's Q4_0 one: Σ u·x = Σ w·x + off·Σ x, off = 8 or 128,
-// subtracted in float32 with quantizeX's 8·d_x·Σ q_x (times 16 for Q8_0,
-// which the caller prepares).
-const qpackStride = 288
+// llamafile's tinyBLAS interleave rows the same way. With a weight
+// d_w·u − 8·m_w, Σ w·x = d_w·d_x·Σ u·q_x − m_w·(8·d_x·Σ q_x), the last factor
+// quantizeX's xd[nb+b]: Q4_0 packs the nibble q with m_w = d_w (weight
+// (q−8)·d), Q8_0 w+128 (its sign bit flipped) with m_w = 16·d_w, and the
+// portable packers of the other dtypes their levels and minimums the same way.
+const qpackStride = 320 // 40·L bytes, L = 8
 
 // qpack8: the nb blocks of the eight rows at w, w+stride, …, w+7·stride
 // (table index q: Q8_0 or Q4_0) repacked at dst, qpackStride bytes a block.
 // With lanes 16 (qpackHalf16) it writes half of the sixteen-row layout of
-// the ZMM kernel, 576 bytes a block: 16 scales, then for each g the 64
-// bytes of sixteen rows; the eight rows it is given are rows 0–7 of the
-// group at dst, rows 8–15 at dst+32.
+// the ZMM kernel, 640 bytes a block; the eight rows it is given are rows 0–7
+// of the group at dst, rows 8–15 at dst+32.
 func qpack8(g *gen, q qtype, lanes int) {
 	name := "qpack8" + q.name + "AVX2"
 	if lanes == 16 {
@@ -51,14 +52,24 @@ func qpack8(g *gen, q qtype, lanes int) {
 	}
 	g.i("VMOVD R13, X15")
 	g.i("VPBROADCASTD X15, Y15")
+	g.i("MOVL $0x41800000, R13") // 16.0: Q8_0's m_w = 16·d_w
+	g.i("VMOVD R13, X13")
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
 	g.p("loop:")
 	for i, r := range rows { // the scales, through the F16 table
 		g.i("MOVWLZX (%s)(AX*1), R13", r)
-		g.i("MOVL (R14)(R13*4), R13")
-		g.i("MOVL R13, %d(DI)", 4*i)
+		if q.name == "Q4_0" {
+			g.i("MOVL (R14)(R13*4), R13")
+			g.i("MOVL R13, %d(DI)", 4*i)
+			g.i("MOVL R13, %d(DI)", 4*lanes+4*i)
+		} else {
+			g.i("VMOVSS (R14)(R13*4), X12")
+			g.i("VMOVSS X12, %d(DI)", 4*i)
+			g.i("VMULSS X13, X12, X12")
+			g.i("VMOVSS X12, %d(DI)", 4*lanes+4*i)
+		}
 	}
 	// levels of row i in Y(base+i), element e in byte e
 	levels := func(base int) {
@@ -73,8 +84,25 @@ func qpack8(g *gen, q qtype, lanes int) {
 			}
 		}
 	}
-	// transpose4 turns four rows r..r+3 (dwords d0..d7) into u_g = [d_g of
-	// the four rows | d_(g+4) of them] in place, through t..t+3.
+	levels(0)
+	levels(4)
+	transposeStore(g, "DI", 8*lanes, 4*lanes)
+	g.i("ADDQ $%d, AX", q.bb)
+	g.i("ADDQ $%d, DI", 40*lanes)
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// transposeStore stores the transpose of the 8×8 dwords in Y0..Y7 (row i
+// in Y_i): dword i of the g-th 32 bytes is dword g of Y_i, the g-th 32 bytes
+// at off + g·gstride(base). Y0–Y11 are clobbered.
+func transposeStore(g *gen, base string, off, gstride int) {
+	// four rows r..r+3 (dwords d0..d7) become u_k = [d_k of the four rows |
+	// d_(k+4) of them] in place, through t..t+3
 	transpose4 := func(r, t int) {
 		g.i("VPUNPCKLDQ Y%d, Y%d, Y%d", r+1, r, t)
 		g.i("VPUNPCKHDQ Y%d, Y%d, Y%d", r+1, r, t+1)
@@ -85,44 +113,33 @@ func qpack8(g *gen, q qtype, lanes int) {
 		g.i("VPUNPCKLQDQ Y%d, Y%d, Y%d", t+3, t+1, r+2)
 		g.i("VPUNPCKHQDQ Y%d, Y%d, Y%d", t+3, t+1, r+3)
 	}
-	levels(0)
-	transpose4(0, 4)
-	levels(4)
+	transpose4(0, 8)
 	transpose4(4, 8)
 	for k := 0; k < 4; k++ {
 		g.i("VPERM2I128 $0x20, Y%d, Y%d, Y8", 4+k, k)
-		g.i("VMOVDQU Y8, %d(DI)", 4*lanes*(k+1))
+		g.i("VMOVDQU Y8, %d(%s)", off+gstride*k, base)
 		g.i("VPERM2I128 $0x31, Y%d, Y%d, Y9", 4+k, k)
-		g.i("VMOVDQU Y9, %d(DI)", 4*lanes*(k+5))
+		g.i("VMOVDQU Y9, %d(%s)", off+gstride*(k+4), base)
 	}
-	g.i("ADDQ $%d, AX", q.bb)
-	g.i("ADDQ $%d, DI", 36*lanes)
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
 }
 
 // qgemm8x4: for tokens j < 4 and rows i < 8 of the packed blocks at pw,
 //
-//	dst_j[i] = Σ_{b<nb} d_w[i][b]·(d_x[j][b]·Σ_e u[i][b][e]·q_x[j][b][e] − c[j][b])
+//	dst_j[i] = Σ_{b<nb} d_w[i][b]·d_x[j][b]·Σ_e u[i][b][e]·q_x[j][b][e] − m_w[i][b]·c[j][b]
 //
 // with token j's x as quantizeX leaves it at xq + j·xstride (64 bytes a
-// block: 32 int8 q_x, then d_x eight times), its offset corrections c at
-// xc + j·cstride (float32, one a block) and its eight sums stored at
-// dst + j·dstride. It prefetches the nb cache lines from pf on, a line a
-// block: the caller's next rows to pack, so that qpack8 reads them from
-// cache (streaming eight rows from memory, it ran at 10 GB/s on Zen 5, a
-// third of a plain read). Each row-token pair's integer sum runs in two halves
-// (groups g even and odd): eight independent chains of four products a
-// block keep the multiplier busy.
+// block: 32 int8 q_x, then d_x eight times), its sums c = 8·d_x·Σ q_x at
+// xc + j·cstride (float32, one a block: quantizeX's xd[nb:]) and its
+// sums stored at dst + j·dstride. It prefetches the nb cache lines from pf
+// on, a line a block: the caller's next rows to pack, so that qpack reads
+// them from cache (streaming eight rows from memory, it ran at 10 GB/s on
+// Zen 5, a third of a plain read). Each row-token pair's integer sum runs
+// in two halves (groups g even and odd): eight independent chains of four
+// products a block keep the multiplier busy.
 //
 // vnni selects the integer product as qdotRows does: "" VPMADDUBSW then
-// VPMADDWD by ones (only for u ≤ 127 − no saturation: Q4_0), "AVXVNNI" the
-// VEX VPDPBUSD, "AVX512VNNI" the EVEX one with x broadcast from memory.
-//
+// VPMADDWD by ones (only for u·x pairs within int16: Q4_0's u ≤ 15), "AVXVNNI"
+// the VEX VPDPBUSD, "AVX512VNNI" the EVEX one with x broadcast from memory.
 // With lanes 16 (AVX512VNNI only) it is qgemm16x4: sixteen rows of the
 // packed layout of qpackHalf16 in ZMM registers, 64 products an instruction.
 func qgemm8x4(g *gen, vnni string, lanes int) {
@@ -174,9 +191,9 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 	}
 	for grp := 0; grp < 8; grp++ {
 		if v == "Z" {
-			g.i("VMOVDQU32 %d(R8), Z12", 4*lanes*(grp+1))
+			g.i("VMOVDQU32 %d(R8), Z12", 4*lanes*(grp+2))
 		} else {
-			g.i("VMOVDQU %d(R8), Y12", 4*lanes*(grp+1))
+			g.i("VMOVDQU %d(R8), Y12", 4*lanes*(grp+2))
 		}
 		for j := 0; j < 4; j++ {
 			acc := j + 4*(grp&1)
@@ -199,15 +216,16 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 	for j := 0; j < 4; j++ {
 		g.i("VPADDD %[1]s%[2]d, %[1]s%[3]d, %[1]s%[3]d", v, 4+j, j)
 		g.i("VCVTDQ2PS %[1]s%[2]d, %[1]s%[2]d", v, j)
-		g.i("VBROADCASTSS %s, %s13", cm[j], v)
 		if v == "Z" { // d_x from its first copy
-			g.i("VFMSUB132PS.BCST %s, Z13, Z%d", xm(j, 32), j)
+			g.i("VMULPS.BCST %s, Z%d, Z%d", xm(j, 32), j, j)
 		} else {
-			g.i("VFMSUB132PS %s, Y13, Y%d", xm(j, 32), j) // · d_x − c
+			g.i("VMULPS %s, Y%d, Y%d", xm(j, 32), j, j)
 		}
 		g.i("VFMADD231PS (R8), %[1]s%[2]d, %[1]s%[3]d", v, j, 8+j) // · d_w
+		g.i("VBROADCASTSS %s, %s13", cm[j], v)
+		g.i("VFNMADD231PS %d(R8), %[2]s13, %[2]s%[3]d", 4*lanes, v, 8+j) // − m_w·c
 	}
-	g.i("ADDQ $%d, R8", 36*lanes)
+	g.i("ADDQ $%d, R8", 40*lanes)
 	g.i("ADDQ $64, SI")
 	g.i("ADDQ $4, DX")
 	g.i("DECQ CX")
@@ -226,9 +244,10 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 
 // ---------------------------------------------------------------- arm64 ---
 
-// The NEON forms pack the same layout with signed levels (Q4_0: q−8;
-// Q8_0: w), since SDOT multiplies signed by signed: no offset, and qgemm
-// ignores the corrections xc.
+// The NEON forms pack Q8_0 and Q4_0 in the same layout with signed levels
+// (Q4_0: q−8; Q8_0: w) and m_w = 0, since SDOT multiplies signed by signed;
+// the kernel takes any packed block (the portable packers' unsigned levels
+// fit SDOT's signed bytes: at most 63).
 
 // trn is TRN1 (two false) or TRN2 Vd, Vn, Vm on 32-bit (d64 false) or
 // 64-bit lanes: the even (TRN1) or odd (TRN2) lanes of Vn and Vm
@@ -272,6 +291,7 @@ func neonQpack8(g *gen, q qtype) {
 		g.i("MOVHU (R%d), R15", r)
 		g.i("MOVWU (R14)(R15<<2), R16")
 		g.i("MOVW R16, %d(R0)", 4*i)
+		g.i("MOVW ZR, %d(R0)", 32+4*i) // m_w
 		g.i("ADD $2, R%d, R15", r)
 		if q.name == "Q8_0" {
 			g.i("VLD1 (R15), [V%d.B16, V%d.B16]", 2*i, 2*i+1)
@@ -299,7 +319,7 @@ func neonQpack8(g *gen, q qtype) {
 			g.i(trn(true, true, 18, 20, 22))  // 4h+2
 			g.i(trn(true, true, 19, 21, 23))  // 4h+3
 			for k := 0; k < 4; k++ {
-				g.i("FMOVQ F%d, %d(R0)", 16+k, 32+32*(4*h+k)+4*first)
+				g.i("FMOVQ F%d, %d(R0)", 16+k, 64+32*(4*h+k)+4*first)
 			}
 		}
 	}
@@ -314,7 +334,8 @@ func neonQpack8(g *gen, q qtype) {
 // neonQgemm8x4 is qgemm8x4 by SDOT: token j's 32 x bytes in V(2j), V(2j+1),
 // rows 0–3 and 4–7 of token j summed in V(8+2j), V(9+2j) (int32), then in
 // float32 in V(16+2j), V(17+2j); a group's weights in V24, V25, the
-// block's d_w in V26, V27, d_x broadcast in V28.
+// block's d_w in V26, V27 and m_w in V29, V30, d_x and c broadcast in V28
+// and V31.
 func neonQgemm8x4(g *gen) {
 	name := "qgemm8x4DOTPROD"
 	neonText(g, name, 72, "(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)")
@@ -323,8 +344,11 @@ func neonQgemm8x4(g *gen) {
 	g.i("MOVD xstride+16(FP), R9")
 	g.i("MOVD nb+40(FP), R5")
 	g.i("MOVD pf+64(FP), R6")
+	g.i("MOVD xc+24(FP), R10")
+	g.i("MOVD cstride+32(FP), R15")
 	for j := 2; j < 5; j++ {
 		g.i("ADD R9, R%d, R%d", j-1, j)
+		g.i("ADD R15, R%d, R%d", 8+j, 9+j) // token j−1's c
 	}
 	zero(g, 16, 17, 18, 19, 20, 21, 22, 23)
 	g.i("CBZ R5, store")
@@ -336,6 +360,7 @@ func neonQgemm8x4(g *gen) {
 	}
 	zero(g, 8, 9, 10, 11, 12, 13, 14, 15)
 	g.i("VLD1.P 32(R0), [V26.S4, V27.S4]")
+	g.i("VLD1.P 32(R0), [V29.S4, V30.S4]")
 	for grp := 0; grp < 8; grp++ {
 		g.i("VLD1.P 32(R0), [V24.B16, V25.B16]")
 		for j := 0; j < 4; j++ {
@@ -352,6 +377,10 @@ func neonQgemm8x4(g *gen) {
 		g.i(fmulV(9+2*j, 9+2*j, 28))
 		g.i("VFMLA V26.S4, V%d.S4, V%d.S4", 8+2*j, 16+2*j)
 		g.i("VFMLA V27.S4, V%d.S4, V%d.S4", 9+2*j, 17+2*j)
+		g.i("FMOVS.P 4(R%d), F31", 10+j)
+		g.i("VDUP V31.S[0], V31.S4")
+		g.i("VFMLS V29.S4, V31.S4, V%d.S4", 16+2*j)
+		g.i("VFMLS V30.S4, V31.S4, V%d.S4", 17+2*j)
 		g.i("ADD $64, R%d, R%d", 1+j, 1+j)
 	}
 	g.i("SUBS $1, R5, R5")
@@ -365,6 +394,98 @@ func neonQgemm8x4(g *gen) {
 			g.i("ADD R8, R7, R7")
 		}
 	}
+	g.i("RET")
+	g.p("")
+}
+
+// qpackK8 is qpack8 for Q4_K (five false) or Q5_K super-blocks: nsb
+// super-blocks of the eight rows, each eight packed blocks (its sub-blocks
+// j): d_w = d·sc_j, m_w = dmin·m_j/8 (k4Scales, staged on the stack by row
+// and transposed), the levels of sub-block j the low (j even) or high
+// nibbles of qs[32·(j/2):], Q5_K's bit j of qh[l] on top as 16. With lanes
+// 16 (qpackKHalf16) it writes half of the sixteen-row layout, as qpack8.
+func qpackK8(g *gen, five bool, lanes int) {
+	kind, bb, qs := "Q4_K", 144, 16
+	if five {
+		kind, bb, qs = "Q5_K", 176, 48
+	}
+	name := "qpack8" + kind + "AVX2"
+	if lanes == 16 {
+		name = "qpackHalf16" + kind + "AVX2"
+	}
+	g.decl("//go:noescape\nfunc %s(dst *byte, w unsafe.Pointer, stride int, nsb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $512-32", name)
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ w+8(FP), R8")
+	g.i("MOVQ stride+16(FP), R13")
+	g.i("MOVQ nsb+24(FP), CX")
+	g.i("MOVQ ·f16Table(SB), R14")
+	rows := []string{"R8", "R9", "R10", "R11", "R12", "BX", "DX", "SI"}
+	for i := 1; i < 8; i++ {
+		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
+	}
+	g.i("MOVL $0x0f0f0f0f, R13")
+	g.i("VMOVD R13, X13")
+	g.i("VPBROADCASTD X13, Y13") // bytes 0x0F
+	g.i("VMOVDQU kqMask3f<>(SB), X15")
+	if five {
+		g.i("MOVL $0x01010101, R13")
+		g.i("VMOVD R13, X14")
+		g.i("VPBROADCASTD X14, Y14") // bytes 1
+	}
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	for i, r := range rows { // d·sc_j and dmin·m_j/8 of row i, at 64i(SP) and 64i+32(SP)
+		k4Scales(g, r)
+		g.i("MOVWLZX (%s)(AX*1), R13", r)
+		g.i("VBROADCASTSS (R14)(R13*4), Y9")
+		g.i("MOVWLZX 2(%s)(AX*1), R13", r)
+		g.i("VBROADCASTSS (R14)(R13*4), Y10")
+		g.i("MOVL $0x3e000000, R13") // 1/8
+		g.i("VMOVD R13, X11")
+		g.i("VBROADCASTSS X11, Y11")
+		g.i("VMULPS Y11, Y10, Y10")
+		g.i("VCVTDQ2PS Y7, Y7")
+		g.i("VMULPS Y9, Y7, Y7")
+		g.i("VMOVUPS Y7, %d(SP)", 64*i)
+		g.i("VCVTDQ2PS Y8, Y8")
+		g.i("VMULPS Y10, Y8, Y8")
+		g.i("VMOVUPS Y8, %d(SP)", 64*i+32)
+	}
+	for h := 0; h < 2; h++ { // d_w, then m_w: sub-block j's at block j
+		for i := 0; i < 8; i++ {
+			g.i("VMOVUPS %d(SP), Y%d", 64*i+32*h, i)
+		}
+		transposeStore(g, "DI", 4*lanes*h, 40*lanes)
+	}
+	for j := 0; j < 8; j++ {
+		for i, r := range rows {
+			g.i("VMOVDQU %d(%s)(AX*1), Y%d", qs+32*(j/2), r, i)
+			if j%2 == 1 {
+				g.i("VPSRLW $4, Y%d, Y%d", i, i)
+			}
+			g.i("VPAND Y13, Y%d, Y%d", i, i)
+			if five {
+				g.i("VMOVDQU 16(%s)(AX*1), Y12", r)
+				if j > 0 {
+					g.i("VPSRLW $%d, Y12, Y12", j)
+				}
+				g.i("VPAND Y14, Y12, Y12")
+				g.i("VPSLLW $4, Y12, Y12")
+				g.i("VPOR Y12, Y%d, Y%d", i, i)
+			}
+		}
+		transposeStore(g, "DI", 40*lanes*j+8*lanes, 4*lanes)
+	}
+	g.i("ADDQ $%d, AX", bb)
+	g.i("ADDQ $%d, DI", 8*40*lanes)
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
 }
