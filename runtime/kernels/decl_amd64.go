@@ -175,6 +175,18 @@ func qpack8Q4_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
 func qpackHalf16Q4_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
 
 //go:noescape
+func qpack8Q5_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qpackHalf16Q5_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qpack8Q5_1AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qpackHalf16Q5_1AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
 func qgemm8x4AVX2(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
 
 //go:noescape

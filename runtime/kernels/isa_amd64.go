@@ -76,14 +76,14 @@ var avx512Set = &kernelSet{
 // The AVX-512 set's other kernels were 1.1–2.0× faster than AVX2's there (F16
 // dot 6.2 against 12.5 µs, F16 axpy 7.0 against 13.9), none slower.
 var qpacks = [nq]qpackFunc{
-	qpack8Q8_0AVX2, qpack8Q4_0AVX2, nil, nil,
+	qpack8Q8_0AVX2, qpack8Q4_0AVX2, qpack8Q5_0AVX2, qpack8Q5_1AVX2,
 	func(dst *byte, w unsafe.Pointer, stride int, nb int) { qpack8Q4_KAVX2(dst, w, stride, nb/8) },
 	func(dst *byte, w unsafe.Pointer, stride int, nb int) { qpack8Q5_KAVX2(dst, w, stride, nb/8) },
 }
 
 // qpacks16 pack sixteen rows for qgemm16x4 as two halves of eight.
 var qpacks16 = [nq]qpackFunc{
-	halves16(qpackHalf16Q8_0AVX2, 1), halves16(qpackHalf16Q4_0AVX2, 1), nil, nil,
+	halves16(qpackHalf16Q8_0AVX2, 1), halves16(qpackHalf16Q4_0AVX2, 1), halves16(qpackHalf16Q5_0AVX2, 1), halves16(qpackHalf16Q5_1AVX2, 1),
 	halves16(qpackHalf16Q4_KAVX2, 8), halves16(qpackHalf16Q5_KAVX2, 8),
 }
 

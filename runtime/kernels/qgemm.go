@@ -11,8 +11,8 @@ import "unsafe"
 // repacked once per call and read from the packed copy by every group of
 // four tokens. The packed layout is internal/asmgen/qgemm.go's: per block of
 // the rows, d_w and m_w per row and the levels u, weight d_w·u − 8·m_w. Q8_0
-// and Q4_0 pack in assembly, and on amd64 Q4_K and Q5_K; the others
-// dequantize to float32 instead (Q6_K's scales are per 16). The results
+// and Q4_0 pack in assembly, and on amd64 Q5_0, Q5_1, Q4_K and Q5_K; the
+// others dequantize to float32 instead (Q6_K's scales are per 16). The results
 // carry x's rounding as MatVec's do (at most max|x| of a block, or of a
 // K-quant's 256, / 254 per element).
 
@@ -114,8 +114,9 @@ type qpackFunc = func(dst *byte, w unsafe.Pointer, stride int, nb int)
 // qgemmTable is a set's qgemm table: g for every dtype with a packer in
 // pack but Q8_0 without q8 (a VPMADDUBSW form would saturate its w+128 times
 // x). Dtypes without an assembly packer keep the float32 path: packing in
-// Go (qpackGo, the tests' reference) cost more than it saved (SmolLM2-135M
-// Q4_K_M prefill, whose 576-wide rows are Q5_0/Q5_1: 600 → 524 tokens/s).
+// Go (qpackGo, the tests' reference for the K-quants) cost more than it
+// saved (SmolLM2-135M Q4_K_M prefill, whose 576-wide rows are Q5_0/Q5_1:
+// 600 → 524 tokens/s; 979 with the assembly packers).
 func qgemmTable(g qgemmFunc, pack [nq]qpackFunc, q8 bool) (t [nq]qgemmFunc) {
 	for q := range nq {
 		if pack[q] != nil && (q8 || q != 0) {

@@ -165,6 +165,10 @@ func amd64(g *gen) {
 				qpack8(g, q, 8)
 				qpack8(g, q, 16)
 			}
+			for _, q := range q5types {
+				qpack8Q5(g, q, 8)
+				qpack8Q5(g, q, 16)
+			}
 			for _, v := range []string{"", "AVXVNNI", "AVX512VNNI"} {
 				qgemm8x4(g, v, 8)
 			}

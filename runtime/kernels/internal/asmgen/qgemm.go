@@ -489,3 +489,75 @@ func qpackK8(g *gen, five bool, lanes int) {
 	g.i("RET")
 	g.p("")
 }
+
+// qpack8Q5 is qpack8 for Q5_0 (d, qh, nibbles; weight (q−16)·d: m_w = 2·d)
+// and Q5_1 (d, m, qh, nibbles; weight q·d + m: m_w = −m/8): each row's
+// levels, the nibbles with the fifth bits of qh as 16 (q5Bits' expansion,
+// its constants from memory), staged on the stack, then transposed.
+func qpack8Q5(g *gen, q qtype, lanes int) {
+	name := "qpack8" + q.name + "AVX2"
+	if lanes == 16 {
+		name = "qpackHalf16" + q.name + "AVX2"
+	}
+	g.decl("//go:noescape\nfunc %s(dst *byte, w unsafe.Pointer, stride int, nb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $256-32", name)
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ w+8(FP), R8")
+	g.i("MOVQ stride+16(FP), R13")
+	g.i("MOVQ nb+24(FP), CX")
+	g.i("MOVQ ·f16Table(SB), R14")
+	rows := []string{"R8", "R9", "R10", "R11", "R12", "BX", "DX", "SI"}
+	for i := 1; i < 8; i++ {
+		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
+	}
+	g.i("VPCMPEQB Y12, Y12, Y12") // all ones
+	g.i("MOVL $0x0f0f0f0f, R13")
+	g.i("VMOVD R13, X13")
+	g.i("VPBROADCASTD X13, Y13")
+	g.i("VMOVDQU qShift4<>(SB), Y14")
+	g.i("MOVL $0x10101010, R13")
+	g.i("VMOVD R13, X15")
+	g.i("VPBROADCASTD X15, Y15")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	for i, r := range rows {
+		g.i("MOVWLZX (%s)(AX*1), R13", r)
+		g.i("VMOVSS (R14)(R13*4), X8")
+		g.i("VMOVSS X8, %d(DI)", 4*i)
+		if q.min {
+			g.i("MOVWLZX 2(%s)(AX*1), R13", r)
+			g.i("VMOVSS (R14)(R13*4), X9")
+			g.i("MOVL $0xbe000000, R13") // −1/8
+			g.i("VMOVD R13, X10")
+			g.i("VMULSS X10, X9, X9")
+		} else {
+			g.i("VADDSS X8, X8, X9")
+		}
+		g.i("VMOVSS X9, %d(DI)", 4*lanes+4*i)
+		g.i("VBROADCASTI128 %d(%s)(AX*1), Y0", q.qs, r)
+		g.i("VPSRLVD Y14, Y0, Y0")
+		g.i("VPAND Y13, Y0, Y0")
+		g.i("VPBROADCASTD %d(%s)(AX*1), Y1", q.qh, r)
+		g.i("VPSHUFB q5Shuf<>(SB), Y1, Y1")
+		g.i("VPOR q5Bits<>(SB), Y1, Y1")
+		g.i("VPCMPEQB Y12, Y1, Y1")
+		g.i("VPAND Y15, Y1, Y1")
+		g.i("VPOR Y1, Y0, Y0")
+		g.i("VMOVDQU Y0, %d(SP)", 32*i)
+	}
+	for i := 0; i < 8; i++ {
+		g.i("VMOVDQU %d(SP), Y%d", 32*i, i)
+	}
+	transposeStore(g, "DI", 8*lanes, 4*lanes)
+	g.i("ADDQ $%d, AX", q.bb)
+	g.i("ADDQ $%d, DI", 40*lanes)
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
