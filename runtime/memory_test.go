@@ -16,8 +16,8 @@ func TestEstimateMemoryParts(t *testing.T) {
 	rope := int64(2048 * 64 * 4)
 	acts := int64(2048 * (3*2048 + 2*2048 + 2*512 + 2*8192) * 4)
 	logits := int64(128256 * 4)
-	scratch := int64(2 * 1024 * 256 * 4) // 8192 rows in 8 chunks, 256 deep
-	scratch += 2048 * 256 * (64 + 8)     // x of 8192 as int8 blocks, 2048 tokens
+	scratch := int64(2 * 1024 * 256 * 4)   // 8192 rows in 8 chunks, 256 deep
+	scratch += 2048 * 256 * (64 + 8 + 128) // x of 8192 as int8 blocks and back, 2048 tokens
 	require.Equal(t, rope+acts+logits+scratch, m.Buffers)
 	require.Equal(t, int64(30_400_000), m.TokenizerLive)
 	require.Equal(t, int64(72_352_000), m.TokenizerPeak)

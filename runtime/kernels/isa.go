@@ -91,9 +91,9 @@ type kernelSet struct {
 	// Integer prefill (qgemm.go), index [q] as above; nil where the set
 	// multiplies dequantized float32 weights instead.
 	//
-	// qpack repacks the nb blocks of the qrows (8 or 16) rows at w,
-	// w+stride, … into dst, qpackStride·qrows/8 bytes a block (the layout
-	// of internal/asmgen/qgemm.go).
+	// qpack repacks the nb blocks of 32 (a K-quant's sub-blocks) of the
+	// qrows (8 or 16) rows at w, w+stride, … into dst, qpackStride·qrows/8
+	// bytes a block (the layout of internal/asmgen/qgemm.go).
 	qpack [nq]func(dst *byte, w unsafe.Pointer, stride int, nb int)
 	qrows int
 	// qgemm sets dst_j[i] = Σ_b d_w[i][b]·d_x[j][b]·Σ_e u·q_x − m_w[i][b]·c[j][b]

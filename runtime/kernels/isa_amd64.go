@@ -126,10 +126,11 @@ func qdotVariants() map[string][4]qdotFunc {
 }
 
 func init() {
-	// Integer prefill on ZMM registers, sixteen rows a group: 217–237
-	// GMAC/s against the YMM form's 137 (BenchmarkRawGemm, Zen 5). The
-	// AVX2 and AVX-512 sets take the VPMADDUBSW form for Q4_0 (98 GMAC/s;
-	// Q8_0's w+128 would saturate it) and dequantize Q8_0 to float32.
+	// Integer prefill on ZMM registers, sixteen rows a group: 233 GMAC/s
+	// against the YMM form's 127 (BenchmarkRawGemm, Zen 5). The AVX2 and
+	// AVX-512 sets take the VPMADDUBSW form (92 GMAC/s) for every packed
+	// dtype but Q8_0 (its w+128 would saturate it), which dequantizes to
+	// float32 there.
 	avx512vnniSet.qpack, avx512vnniSet.qrows = qpacks16, 16
 	avx512vnniSet.qgemm = qgemmTable(qgemm16x4AVX512VNNI, qpacks16, true)
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
@@ -145,7 +146,7 @@ func init() {
 // withVNNI returns a copy of ks named name with the integer dot products
 // dots for Q8_0, Q4_0, Q5_0 and Q5_1 rows (q table entries 0–3; the
 // K-quants' kernels are ks's: archQKernels, fillPortableQ) and the integer
-// prefill kernel gemm for Q8_0 and Q4_0 (eight-row groups).
+// prefill kernel gemm for every dtype ks packs (eight-row groups).
 func withVNNI(ks *kernelSet, name string, dots [4]qdotFunc, gemm qgemmFunc) *kernelSet {
 	c := *ks
 	c.name = name

@@ -34,9 +34,30 @@ func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
 
 // QuantizedXBytes is the caller's scratch that holds T vectors of cols
 // floats quantized to int8 blocks (Pool.quantizeX: 64 bytes and two float32
-// a block of 32), kept by the pool once a product of that size ran.
+// a block of 32) and dequantized back (dequantizeX: float32), kept by the
+// pool once a product of that size ran.
 func QuantizedXBytes(T, cols int) int64 {
-	return int64(T) * int64(cols/32) * (64 + 8)
+	return int64(T) * int64(cols/32) * (64 + 8 + 32*4)
+}
+
+// dequantizeX returns the x of a job that quantizeX quantized as float32,
+// each element d·q, in the caller's scratch.
+func (p *Pool) dequantizeX(j *job) []float32 {
+	s, n, T := p.scratch[0], j.w.Cols, max(j.t, 1)
+	if len(s.xf) < T*n {
+		s.xf = make([]float32, T*n)
+	}
+	nb := n / 32
+	for t := range T {
+		xq, xd, xf := j.xq[t*2*n:], j.xd[t*2*nb:], s.xf[t*n:(t+1)*n]
+		for b := range nb {
+			d := xd[b]
+			for e, q := range xq[64*b : 64*b+32] {
+				xf[32*b+e] = float32(q) * d
+			}
+		}
+	}
+	return s.xf[:T*n]
 }
 
 // quantizeX gives a MatVec job on block-quantized weights its x quantized to
@@ -114,8 +135,14 @@ func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 	checkLen("MatMul dst", dst, T*w.Rows)
 	ks := active
 	j := job{op: opMatMul, ks: ks, w: w, dst: dst, x: x, t: T}
-	if ks.intPrefill(w) {
+	if w.DType.Quantized() {
+		// x as int8 blocks, as decode takes it: in integers where the set
+		// has the kernels, else dequantized back for the float32 path, so
+		// that every set (and the CUDA backend) rounds x alike.
 		p.quantizeX(&j)
+		if !ks.intPrefill(w) {
+			j.x, j.xq, j.xd = p.dequantizeX(&j), nil, nil
+		}
 	}
 	if groups := (T + ks.gt - 1) / ks.gt; groups >= minChunk*p.workers {
 		// Enough tokens: each worker takes whole groups of tokens over all

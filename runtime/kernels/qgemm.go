@@ -57,9 +57,10 @@ func (ks *kernelSet) qgemmScratch(cols int) int {
 }
 
 // qmatMulInt is qmatMulRange in integers: rows [lo, hi) of w by T tokens of
-// x quantized (xq, xd as Pool.quantizeX leaves them). Rows are packed qgemmRows at a time; the last
-// tokens short of four and the last rows short of a group (ks.qrows) go
-// through the decode dots (qdotRows) on the same quantized x.
+// x quantized (xq, xd as Pool.quantizeX leaves them). Rows are packed
+// qgemmRows at a time; the last tokens short of four and the last rows short
+// of a group (ks.qrows) go through the decode dots (qdotRows) on the same
+// quantized x.
 func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, xq []int8, xd []float32) {
 	C, R, rb := w.Cols, w.Rows, w.RowBytes()
 	nb, q := C/32, qIndex(w.DType) // blocks of 32, K-quants' sub-blocks too

@@ -328,8 +328,9 @@ func TestQuantAddRows(t *testing.T) {
 	})
 }
 
-// TestQuantMatMul checks prefill's MatMul and MatMulRowsT on block-quantized
-// weights (dequantized to float32 in blocks) against float64 references.
+// TestQuantMatMul checks prefill's MatMul (x quantized; in integers where
+// the set has qgemm, else on the weights dequantized to float32 in blocks)
+// and MatMulRowsT on block-quantized weights against float64 references.
 func TestQuantMatMul(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
@@ -353,10 +354,8 @@ func TestQuantMatMul(t *testing.T) {
 							for r := 0; r < rows; r++ {
 								xu := x[u*cols : (u+1)*cols]
 								want, scale := m.refDot(r, xu)
-								tol := 1e-5 * scale
-								if ks.intPrefill(m.Mat) { // x quantized, as MatVec's
-									tol = m.qxBound(r, xu) + 1e-5*minTermBound(dt)*scale
-								}
+								// x quantized, as MatVec's, on every set
+								tol := m.qxBound(r, xu) + 1e-5*minTermBound(dt)*scale
 								checkClose(t, dst[u*rows+r], want, 1, tol, "MatMul %v [%d,%d] T=%d t=%d r=%d", dt, rows, cols, T, u, r)
 							}
 						}

@@ -18,8 +18,9 @@ import "fmt"
 // llamafile's tinyBLAS interleave rows the same way. With a weight
 // d_w·u − 8·m_w, Σ w·x = d_w·d_x·Σ u·q_x − m_w·(8·d_x·Σ q_x), the last factor
 // quantizeX's xd[nb+b]: Q4_0 packs the nibble q with m_w = d_w (weight
-// (q−8)·d), Q8_0 w+128 (its sign bit flipped) with m_w = 16·d_w, and the
-// portable packers of the other dtypes their levels and minimums the same way.
+// (q−8)·d), Q8_0 w+128 (its sign bit flipped) with m_w = 16·d_w, and Q5_0,
+// Q5_1, Q4_K and Q5_K (qpack8Q5, qpackK8) their levels and minimums the same
+// way.
 const qpackStride = 320 // 40·L bytes, L = 8
 
 // qpack8: the nb blocks of the eight rows at w, w+stride, …, w+7·stride
@@ -28,22 +29,7 @@ const qpackStride = 320 // 40·L bytes, L = 8
 // the ZMM kernel, 640 bytes a block; the eight rows it is given are rows 0–7
 // of the group at dst, rows 8–15 at dst+32.
 func qpack8(g *gen, q qtype, lanes int) {
-	name := "qpack8" + q.name + "AVX2"
-	if lanes == 16 {
-		name = "qpackHalf16" + q.name + "AVX2"
-	}
-	g.decl("//go:noescape\nfunc %s(dst *byte, w unsafe.Pointer, stride int, nb int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
-	g.i("MOVQ dst+0(FP), DI")
-	g.i("MOVQ w+8(FP), R8")
-	g.i("MOVQ stride+16(FP), R13")
-	g.i("MOVQ nb+24(FP), CX")
-	g.i("MOVQ ·f16Table(SB), R14")
-	rows := []string{"R8", "R9", "R10", "R11", "R12", "BX", "DX", "SI"}
-	for i := 1; i < 8; i++ {
-		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
-	}
+	rows := qpackHead(g, q.name, lanes, "nb", 0)
 	if q.name == "Q4_0" {
 		g.i("VMOVDQU qShift4<>(SB), Y14")
 		g.i("MOVL $0x0f0f0f0f, R13")
@@ -95,6 +81,31 @@ func qpack8(g *gen, q qtype, lanes int) {
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
+}
+
+// qpackHead emits the declaration and prologue of the AVX2 packer of dtype
+// kind (qpack8<kind>AVX2, or qpackHalf16<kind>AVX2 with lanes 16) with a
+// stack frame of frame bytes, its block count named cnt: DI dst, CX the
+// count, R14 the F16 table, the eight rows in the registers it returns (R13
+// is clobbered).
+func qpackHead(g *gen, kind string, lanes int, cnt string, frame int) (rows []string) {
+	name := "qpack8" + kind + "AVX2"
+	if lanes == 16 {
+		name = "qpackHalf16" + kind + "AVX2"
+	}
+	g.decl("//go:noescape\nfunc %s(dst *byte, w unsafe.Pointer, stride int, %s int)", name, cnt)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $%d-32", name, frame)
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ w+8(FP), R8")
+	g.i("MOVQ stride+16(FP), R13")
+	g.i("MOVQ %s+24(FP), CX", cnt)
+	g.i("MOVQ ·f16Table(SB), R14")
+	rows = []string{"R8", "R9", "R10", "R11", "R12", "BX", "DX", "SI"}
+	for i := 1; i < 8; i++ {
+		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
+	}
+	return rows
 }
 
 // transposeStore stores the transpose of the 8×8 dwords in Y0..Y7 (row i
@@ -409,22 +420,7 @@ func qpackK8(g *gen, five bool, lanes int) {
 	if five {
 		kind, bb, qs = "Q5_K", 176, 48
 	}
-	name := "qpack8" + kind + "AVX2"
-	if lanes == 16 {
-		name = "qpackHalf16" + kind + "AVX2"
-	}
-	g.decl("//go:noescape\nfunc %s(dst *byte, w unsafe.Pointer, stride int, nsb int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $512-32", name)
-	g.i("MOVQ dst+0(FP), DI")
-	g.i("MOVQ w+8(FP), R8")
-	g.i("MOVQ stride+16(FP), R13")
-	g.i("MOVQ nsb+24(FP), CX")
-	g.i("MOVQ ·f16Table(SB), R14")
-	rows := []string{"R8", "R9", "R10", "R11", "R12", "BX", "DX", "SI"}
-	for i := 1; i < 8; i++ {
-		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
-	}
+	rows := qpackHead(g, kind, lanes, "nsb", 512)
 	g.i("MOVL $0x0f0f0f0f, R13")
 	g.i("VMOVD R13, X13")
 	g.i("VPBROADCASTD X13, Y13") // bytes 0x0F
@@ -495,22 +491,7 @@ func qpackK8(g *gen, five bool, lanes int) {
 // levels, the nibbles with the fifth bits of qh as 16 (q5Bits' expansion,
 // its constants from memory), staged on the stack, then transposed.
 func qpack8Q5(g *gen, q qtype, lanes int) {
-	name := "qpack8" + q.name + "AVX2"
-	if lanes == 16 {
-		name = "qpackHalf16" + q.name + "AVX2"
-	}
-	g.decl("//go:noescape\nfunc %s(dst *byte, w unsafe.Pointer, stride int, nb int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $256-32", name)
-	g.i("MOVQ dst+0(FP), DI")
-	g.i("MOVQ w+8(FP), R8")
-	g.i("MOVQ stride+16(FP), R13")
-	g.i("MOVQ nb+24(FP), CX")
-	g.i("MOVQ ·f16Table(SB), R14")
-	rows := []string{"R8", "R9", "R10", "R11", "R12", "BX", "DX", "SI"}
-	for i := 1; i < 8; i++ {
-		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
-	}
+	rows := qpackHead(g, q.name, lanes, "nb", 256)
 	g.i("VPCMPEQB Y12, Y12, Y12") // all ones
 	g.i("MOVL $0x0f0f0f0f, R13")
 	g.i("VMOVD R13, X13")
