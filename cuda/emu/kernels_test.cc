@@ -114,9 +114,9 @@ static sinf_mat weights(int dtype, int rows, int cols, std::vector<float> &vals)
 	return sinf_mat{dev(src, vals.size() * es), dtype, rows, cols};
 }
 
-// decode_x returns x as the decode products over block rows see it:
-// quantized to int8 blocks (d = max|x|/127, q = x·(1/d) to nearest even),
-// dequantized; other dtypes see x as it is.
+// decode_x returns x as the products over block rows (decode and prefill)
+// see it: quantized to int8 blocks (d = max|x|/127, q = x·(1/d) to nearest
+// even), dequantized; other dtypes see x as it is.
 static std::vector<float> decode_x(int dtype, std::vector<float> x) {
 	if (!is_block(dtype)) return x;
 	for (size_t b = 0; b < x.size(); b += 32) {
@@ -165,11 +165,11 @@ static void test_matvec_family(int dtype, int rows, int cols) {
 	std::vector<float> bias = randf(rows);
 	sinf_dptr bd = dev(bias.data(), rows * 4);
 	RC(sinf_gemm(ctx, c1, w, xtd, T, bd, 0));
-	std::vector<float> c = get(c1, (size_t)T * rows);
+	std::vector<float> c = get(c1, (size_t)T * rows), xtq = decode_x(dtype, xt);
 	for (int t = 0; t < T; t++)
 		for (int r = 0; r < rows; r++) {
 			double s = bias[r];
-			for (int k = 0; k < cols; k++) s += (double)xt[(size_t)t * cols + k] * wv[(size_t)r * cols + k];
+			for (int k = 0; k < cols; k++) s += (double)xtq[(size_t)t * cols + k] * wv[(size_t)r * cols + k];
 			CHECK(close(c[(size_t)t * rows + r], (float)s, 1e-4f), "gemm dtype %d [%d,%d]", dtype, t, r);
 		}
 	RC(sinf_gemm_rows_t(ctx, c2, w, atd, T, 1));
