@@ -73,14 +73,7 @@ func qpack8(g *gen, q qtype, lanes int) {
 	levels(0)
 	levels(4)
 	transposeStore(g, "DI", 8*lanes, 4*lanes)
-	g.i("ADDQ $%d, AX", q.bb)
-	g.i("ADDQ $%d, DI", 40*lanes)
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	qpackTail(g, q.bb, 40*lanes)
 }
 
 // qpackHead emits the declaration and prologue of the AVX2 packer of dtype
@@ -106,6 +99,19 @@ func qpackHead(g *gen, kind string, lanes int, cnt string, frame int) (rows []st
 		g.i("LEAQ (%s)(R13*1), %s", rows[i-1], rows[i])
 	}
 	return rows
+}
+
+// qpackTail ends a packer's loop: the rows advance by bb bytes and dst by
+// out, then the epilogue.
+func qpackTail(g *gen, bb, out int) {
+	g.i("ADDQ $%d, AX", bb)
+	g.i("ADDQ $%d, DI", out)
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
 }
 
 // transposeStore stores the transpose of the 8×8 dwords in Y0..Y7 (row i
@@ -476,14 +482,7 @@ func qpackK8(g *gen, five bool, lanes int) {
 		}
 		transposeStore(g, "DI", 40*lanes*j+8*lanes, 4*lanes)
 	}
-	g.i("ADDQ $%d, AX", bb)
-	g.i("ADDQ $%d, DI", 8*40*lanes)
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	qpackTail(g, bb, 8*40*lanes)
 }
 
 // qpack8Q5 is qpack8 for Q5_0 (d, qh, nibbles; weight (q−16)·d: m_w = 2·d)
@@ -533,12 +532,5 @@ func qpack8Q5(g *gen, q qtype, lanes int) {
 		g.i("VMOVDQU %d(SP), Y%d", 32*i, i)
 	}
 	transposeStore(g, "DI", 8*lanes, 4*lanes)
-	g.i("ADDQ $%d, AX", q.bb)
-	g.i("ADDQ $%d, DI", 40*lanes)
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	qpackTail(g, q.bb, 40*lanes)
 }
