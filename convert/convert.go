@@ -51,7 +51,11 @@ type Options struct {
 	// (package recon): a calibration pass over its prompts once the kept
 	// sets are known, then a bias and/or refitted kept columns per layer.
 	Reconstruct Reconstruct
-	Progress    io.Writer // progress bar destination; nil: none
+	// Sketch stores, for every sliced layer, the SK2 2-bit sketch of its
+	// up_proj rows (spec §6.2 up_proj.sketch) that GateFirst's predictor
+	// reads per token; hidden_size must be a multiple of 32.
+	Sketch   bool
+	Progress io.Writer // progress bar destination; nil: none
 }
 
 // Reconstruct configures Options.Reconstruct.
@@ -133,6 +137,9 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 	if opt.EmbedDType != 0 && (tiedHead(ck) || !ck.Has("model.embed_tokens.weight")) {
 		return nil, fmt.Errorf("%s: --embed-dtype: the embedding is tied to the output projection (%s), so it is stored as the head: use --head-dtype", ck.Dir, ck.Config.TieNote())
 	}
+	if opt.Sketch && H%format.BlockElems != 0 {
+		return nil, fmt.Errorf("%s: --predictor sketch: hidden_size %d is not a multiple of %d, so no up_proj row fits SK2 blocks", ck.Dir, H, format.BlockElems)
+	}
 	if dtype.Quantized() && H%format.BlockElems != 0 {
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of %d, so no FFN row fits %v blocks: use --dtype f16", ck.Dir, H, format.BlockElems, dtype)
 	}
@@ -193,6 +200,9 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 			return nil, err
 		}
 		rep.Fits = fits
+	}
+	if opt.Sketch && hi > lo {
+		meta.Selection.Predictor = "up_sketch"
 	}
 
 	var names []string
@@ -261,6 +271,11 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 			}
 			if err := writeSliced(w, t, part, k, N, H, sdt, fits[layer], &rep.StoredParams); err != nil {
 				return nil, err
+			}
+			if part == "up" && opt.Sketch {
+				if err := writeSketch(w, t, layer, k, H); err != nil {
+					return nil, err
+				}
 			}
 		default:
 			rep.StoredParams += int64(t.Elems())
@@ -662,6 +677,23 @@ func writeSliced(w *format.Writer, t format.Tensor, part string, kept []int32, N
 	}
 	layer, _ := ffnPart(t.Name)
 	return w.AddTensor(format.DownBiasName(layer), format.F32, []int{H}, f32Bytes(b))
+}
+
+// writeSketch stores model.layers.{layer}.mlp.up_proj.sketch: the kept rows
+// of up_proj t ([N, hidden], in kept order) quantized from float32 to SK2
+// (format.Quantize, spec §5.2), [kept, hidden].
+func writeSketch(w *format.Writer, t format.Tensor, layer int, kept []int32, H int) error {
+	up, err := t.ToF32()
+	if err != nil {
+		return err
+	}
+	var data []byte
+	for _, n := range kept {
+		if data, err = format.Quantize(data, up[int(n)*H:(int(n)+1)*H], format.SK2); err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+	}
+	return w.AddTensor(format.SketchName(layer), format.SK2, []int{len(kept), H}, data)
 }
 
 // f32Bytes encodes float32 values little-endian.

@@ -134,6 +134,7 @@ type ref64 struct {
 	m    *runtime.Model
 	k, v [][][]float64 // [layer][pos][kv·hd]
 	pos  int
+	xb   []float64 // the FFN input of the layer pick is called for
 }
 
 func newRef64(m *runtime.Model) *ref64 {
@@ -254,6 +255,7 @@ func (r *ref64) forward(tokens []int, pick func(layer int, a, g []float64) []boo
 			}
 			var keep []bool
 			if pick != nil && f.Sliced {
+				r.xb = xb
 				keep = pick(i, a, g)
 			}
 			if !f.Sliced { // whole layer: down_proj [H, N] times a

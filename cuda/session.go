@@ -707,6 +707,9 @@ func (d gpuDecoder) Prefill(prompt []int, sp runtime.Sparsity) ([]int, error) {
 	if sp.Mode == runtime.Oracle {
 		return nil, errors.New("cuda: mode oracle is a bound measured on the CPU (sinf eval), not a decode mode of the GPU backend")
 	}
+	if sp.Mode == runtime.GateFirst && runtime.ModelSketchShare(s.m) > 0 {
+		return nil, errors.New("cuda: this file's sliced layers store up_proj sketches (GateFirst's predictor, spec §6.2), which the GPU backend does not read yet: run it on the CPU, give another --mode, or convert without --predictor sketch")
+	}
 	count := sp.Mode != runtime.Dense && !sp.Mode.PerToken()
 	if count {
 		for i, l := range s.layers {

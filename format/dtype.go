@@ -52,6 +52,12 @@ const (
 	// Q5_1 is GGML's Q5_1 (spec §5.2): an F16 scale d and minimum m, 5-bit q;
 	// element = d·q + m; 24 bytes per 32.
 	Q5_1
+	// SK2 is the 2-bit sketch of GateFirst's predictor (spec §5.2, §6.2
+	// up_proj.sketch): each run of 32 elements is a 10-byte block, an F16
+	// scale d then 8 bytes; element j is d·(2q − 3) with q the bits
+	// 2·(j/8) … 2·(j/8)+1 of byte j%8. Not a weight dtype: only the sketch
+	// tensor stores it.
+	SK2
 )
 
 // BlockElems is the number of elements in one block of the 32-element block
@@ -87,6 +93,7 @@ var dtypes = [...]dtypeInfo{
 	Q6_K: {"Q6_K", SuperBlockElems, 210, true},
 	Q5_0: {"Q5_0", BlockElems, 22, true},
 	Q5_1: {"Q5_1", BlockElems, 24, true},
+	SK2:  {"SK2", BlockElems, 10, false},
 }
 
 func (d DType) info() dtypeInfo {
@@ -106,7 +113,8 @@ func (d DType) Size() int {
 }
 
 // Block returns the elements and bytes of one block: 32 and 34 for Q8_0,
-// 32 and 18 for Q4_0, 32 and 22 for Q5_0, 32 and 24 for Q5_1, 256 and 144
+// 32 and 18 for Q4_0, 32 and 22 for Q5_0, 32 and 24 for Q5_1, 32 and 10 for
+// SK2, 256 and 144
 // for Q4_K, 256 and 176 for Q5_K, 256 and 210 for Q6_K, and 1 and Size()
 // for the element dtypes. Both are 0 for an unknown dtype.
 func (d DType) Block() (elems, bytes int) { i := d.info(); return i.elems, i.bytes }
@@ -119,7 +127,7 @@ func (d DType) Known() bool { e, _ := d.Block(); return e > 0 }
 func (d DType) Weight() bool { return d.info().weight }
 
 // Quantized reports whether d is a block-quantized dtype (Q8_0, Q4_0, Q5_0,
-// Q5_1, Q4_K, Q5_K, Q6_K).
+// Q5_1, Q4_K, Q5_K, Q6_K, and the sketch dtype SK2).
 func (d DType) Quantized() bool { e, _ := d.Block(); return e > 1 }
 
 // KQuant reports whether d is a K-quant dtype of 256-element super-blocks

@@ -196,7 +196,7 @@ func TestMetadataValidate(t *testing.T) {
 }
 
 func TestDTypeText(t *testing.T) {
-	for _, d := range []DType{F32, F16, BF16, I32, F64, Q8_0, Q4_0} {
+	for _, d := range []DType{F32, F16, BF16, I32, F64, Q8_0, Q4_0, SK2} {
 		b, err := d.MarshalText()
 		require.NoError(t, err)
 		var e DType
@@ -207,7 +207,7 @@ func TestDTypeText(t *testing.T) {
 	require.Error(t, err)
 	var e DType
 	require.Error(t, e.UnmarshalText([]byte("Q4_1")))
-	_, err = DType(13).MarshalText()
+	_, err = DType(14).MarshalText()
 	require.Error(t, err)
 }
 

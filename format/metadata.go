@@ -60,6 +60,10 @@ type Selection struct {
 	// Reconstruction says how the kept neurons were made to stand in for
 	// the dropped ones (spec §4.2); nil: plain slices.
 	Reconstruction *Reconstruction `json:"reconstruction,omitempty"`
+	// Predictor names what GateFirst ranks a sliced layer's rows by per
+	// token beyond the gate (spec §4.2): "up_sketch" when every sliced layer
+	// stores up_proj.sketch; empty: none (informative).
+	Predictor string `json:"predictor,omitempty"`
 	// Layers has one entry per sliced layer, in layer order:
 	// Layers[k].Layer == FirstLayer+k.
 	Layers []LayerSelection `json:"layers"`

@@ -35,6 +35,11 @@ func IndexName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.neuron_in
 // §6.2; the file then sets FlagFFNBias).
 func DownBiasName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.down_proj.bias", i) }
 
+// SketchName returns "model.layers.i.mlp.up_proj.sketch", the SK2 [kept,
+// hidden] 2-bit sketch of a sliced layer's up_proj rows that GateFirst's
+// predictor reads (spec §6.2; optional).
+func SketchName(i int) string { return fmt.Sprintf("model.layers.%d.mlp.up_proj.sketch", i) }
+
 // downBiasLayer returns i when name is DownBiasName(i).
 func downBiasLayer(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "model.layers.")

@@ -47,6 +47,8 @@ func quantizeBlock(dst []byte, x []float32, d DType) []byte {
 		return quantizeQ4_K(dst, x)
 	case Q5_K:
 		return quantizeQ5_K(dst, x)
+	case SK2:
+		return quantizeSK2(dst, x)
 	}
 	return quantizeQ6_K(dst, x)
 }
@@ -69,6 +71,8 @@ func dequantizeBlock(out []float32, blk []byte, d DType) {
 		dequantizeQ5_K(out, blk)
 	case Q6_K:
 		dequantizeQ6_K(out, blk)
+	case SK2:
+		dequantizeSK2(out, blk)
 	}
 }
 

@@ -132,6 +132,9 @@ func (f *File) ValidateSelection() error {
 				return errorf(f.path, offFlags, "flags", "tensor %q is an FFN output bias, which a reader must add, but flag FFN bias (0x%08x) is not set", t.Name, FlagFFNBias)
 			}
 		}
+		if t, ok := f.Info(SketchName(l.Layer)); ok && (t.DType != SK2 || len(t.Shape) != 2 || t.Shape[0] != l.Kept || t.Shape[1] != cfg.Hidden) {
+			return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q", t.Name), "%v %v, want SK2 [%d %d] ([kept, hidden_size])", t.DType, t.Shape, l.Kept, cfg.Hidden)
+		}
 		t, err := f.need(IndexName(l.Layer))
 		if err != nil {
 			return err
@@ -153,7 +156,7 @@ func (f *File) ValidateSelection() error {
 			continue
 		}
 		num, suffix, ok := strings.Cut(rest, ".")
-		if !ok || (suffix != "mlp.down_proj.weight_t" && suffix != "mlp.neuron_index") {
+		if !ok || (suffix != "mlp.down_proj.weight_t" && suffix != "mlp.neuron_index" && suffix != "mlp.up_proj.sketch") {
 			continue
 		}
 		if i, err := strconv.Atoi(num); err != nil || i < s.FirstLayer || i >= s.LastLayer || strconv.Itoa(i) != num {

@@ -428,7 +428,7 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 		s.maskedRows(i, f, g, topScore(b.rows[:0], score, b.sel[:kept], k), y)
 		return
 	}
-	rows := topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
+	rows := s.pickRows(i, f, g, xb, k)
 	if s.MaskedReference {
 		u := b.up[:kept]
 		kernels.MatVec(s.pool, u, f.Up, xb)
@@ -446,6 +446,37 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 		s.Observe.ObserveFFN(i, h, 1, s.originalRows(f, rows))
 	}
 	kernels.AddRows(s.pool, y, f.DownT, rows, h)
+}
+
+// pickRows returns GateFirst's k rows of layer i for one token, in
+// ascending order, from g = gate_proj·x over every stored row: by the
+// layer's up_proj sketch when it has one (SketchScores), else by
+// |silu(g_j)|·w_j (topSiLU, w = GateWeights). The scores use the b.score and
+// b.sel scratch, the sketch's estimates b.up.
+func (s *Session) pickRows(i int, f *MLP, g, xb []float32, k int) []int32 {
+	b := &s.buf
+	kept := len(g)
+	if f.UpSketch.Rows == 0 {
+		return topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
+	}
+	uhat := b.up[:kept]
+	kernels.SketchMatVec(s.pool, uhat, f.UpSketch, xb)
+	SketchScores(s.pool, b.score[:kept], g, uhat, s.m.RowNorms(i).Down)
+	return topScore(b.rows[:0], b.score[:kept], b.sel[:kept], k)
+}
+
+// SketchScores sets score[j] = |silu(g[j])·uhat[j]|·down[j] for j < len(g):
+// GateFirst's ranking key on a file with up_proj sketches (spec §6.2), uhat
+// the sketch's estimate of up_proj·x (kernels.SketchMatVec) and down the
+// rows' ‖down_proj column‖ (Norms.Down); float32 [n] each, silu·uhat by the
+// SwiGLU kernel on p's threads.
+func SketchScores(p *kernels.Pool, score, g, uhat, down []float32) {
+	score = score[:len(g)]
+	copy(score, g)
+	kernels.SwiGLU(p, score, uhat[:len(g)])
+	for j, v := range score {
+		score[j] = max(v, -v) * down[j]
+	}
 }
 
 // topSiLU appends to rows, in ascending order, the k indices j of g with

@@ -49,6 +49,10 @@ type MLP struct {
 	// down_proj.bias, F32 [hidden]), added to the layer's output for every
 	// token and in every mode; nil when the file stores none.
 	DownBias []float32
+	// UpSketch is a sliced layer's SK2 sketch of its up_proj rows (spec §6.2
+	// up_proj.sketch, [kept, hidden]): GateFirst ranks rows by
+	// |silu(g_j)·(sketch_j·x)|·‖down_j‖ when present (Rows 0: absent).
+	UpSketch kernels.Sketch
 }
 
 // Norms are the weight norms of a layer's stored rows, float32 [kept]:
@@ -296,9 +300,23 @@ func loadMLP(src Source, p string, cfg Config, base int) (MLP, error) {
 		return f, err
 	}
 	if src.Has(p + "down_proj.bias") {
-		f.DownBias, err = vec(src, p+"down_proj.bias", H)
+		if f.DownBias, err = vec(src, p+"down_proj.bias", H); err != nil {
+			return f, err
+		}
 	}
-	return f, err
+	if src.Has(p + "up_proj.sketch") {
+		t, err := src.Tensor(p + "up_proj.sketch")
+		if err != nil {
+			return f, err
+		}
+		if err := t.CheckShape(kept, H); err != nil {
+			return f, err
+		}
+		if f.UpSketch, err = kernels.NewSketch(t); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
 }
 
 // mat fetches a 2-D weight and checks its shape.
@@ -346,7 +364,7 @@ func (m *Model) WeightBytes() (total, ffn int) {
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		total += l.Q.Bytes() + l.K.Bytes() + l.V.Bytes() + l.O.Bytes()
-		f := l.MLP.Gate.Bytes() + l.MLP.Up.Bytes() + l.MLP.Down.Bytes() + l.MLP.DownT.Bytes()
+		f := l.MLP.Gate.Bytes() + l.MLP.Up.Bytes() + l.MLP.Down.Bytes() + l.MLP.DownT.Bytes() + l.MLP.UpSketch.Bytes()
 		total += f
 		ffn += f
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // Mode selects which FFN neurons decode computes (paper §5 and its baselines).
@@ -42,6 +44,45 @@ const (
 // so φ' = (3φ − γ)/2 (0.25 at γ = 0.7, φ = 0.4), rounded to 9 decimals; ≤ 0
 // when no φ' does.
 func GateFirstPhi(gamma, phi float64) float64 { return math.Round((3*phi-gamma)/2*1e9) / 1e9 }
+
+// GateFirstSketchPhi is GateFirstPhi on a file whose sliced layers store
+// up_proj sketches of share times their up_proj's bytes (SketchShare):
+// γ/3·(1 + share) + 2φ'/3 = φ, so φ' = (3φ − γ·(1 + share))/2, lowered to
+// a whole number of the N neurons (⌊φ'·N⌋/N, so that the rows decode
+// rounds it to read no more than φ's bytes) and rounded to 9 decimals.
+func GateFirstSketchPhi(gamma, phi, share float64, N int) float64 {
+	p := (3*phi - gamma*(1+share)) / 2
+	p = math.Floor(p*float64(N)+1e-9) / float64(N)
+	return math.Round(p*1e9) / 1e9
+}
+
+// SketchShare returns the bytes of an SK2 sketch row over those of an up_proj
+// row stored in d (10/32 bytes a weight over d's; 0.078 for F32, 0.156 for
+// F16 and BF16, 0.294 for Q8_0, 0.556 for Q4_0), and 0 for a dtype that is
+// not a weight dtype.
+func SketchShare(d format.DType) float64 {
+	e, b := d.Block()
+	if !d.Weight() || e == 0 {
+		return 0
+	}
+	return 10.0 / 32 / (float64(b) / float64(e))
+}
+
+// ModelSketchShare returns Σ sketch bytes / Σ up_proj bytes over m's
+// sliced layers that store a sketch (0: none does).
+func ModelSketchShare(m *Model) float64 {
+	var sk, up int
+	for i := range m.Layers {
+		if f := &m.Layers[i].MLP; f.UpSketch.Rows > 0 {
+			sk += f.UpSketch.Bytes()
+			up += f.Up.Bytes()
+		}
+	}
+	if up == 0 {
+		return 0
+	}
+	return float64(sk) / float64(up)
+}
 
 // modeNames are the flag spellings of the modes, in Mode order.
 var modeNames = [...]string{"dense", "selectinfer", "coreinfer", "gatefirst", "oracle"}

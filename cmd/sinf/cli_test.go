@@ -71,6 +71,22 @@ func TestPipeline(t *testing.T) {
 	out, err = run(t, "run", "--model", p("ts.sinf"), "--prompt", "Once upon a time", "--max-tokens", "4", "--json", "--mode", "selectinfer")
 	require.NoError(t, err)
 	require.Contains(t, out, `"computed_neurons":[154,154]`)
+	// --predictor sketch: the file says so, and gatefirst's default phi pays for the sketch's
+	// bytes: (3·0.4 − γ·(1 + 10/(32·4)))/2 with γ = 269/384 on this F32 file, 85 rows.
+	_, err = run(t, "convert", "--quiet", "--model", model, "--task-scores", p("task.scores"), "--model-scores", p("model.scores"),
+		"--first-layer", "0", "--last-layer", "2", "--reconstruct", "none", "--predictor", "sketch", "--out", p("sk.sinf"))
+	require.NoError(t, err)
+	out, err = run(t, "inspect", p("sk.sinf"))
+	require.NoError(t, err)
+	require.Contains(t, out, "predictor          up_proj sketches (SK2")
+	require.Contains(t, out, "SK2 2")
+	out, err = run(t, "run", "--model", p("sk.sinf"), "--prompt", "Once upon a time", "--max-tokens", "4", "--json")
+	require.NoError(t, err)
+	require.Contains(t, out, `"computed_neurons":[85,85]`)
+	_, err = run(t, "convert", "--quiet", "--model", model, "--task-scores", p("task.scores"), "--model-scores", p("model.scores"),
+		"--predictor", "lowrank", "--out", p("bad.sinf"))
+	require.ErrorContains(t, err, `--predictor: unknown predictor "lowrank" (want sketch or none)`)
+	require.NoFileExists(t, p("bad.sinf"))
 	out, err = run(t, "tokenize", "--model", model, "--text", "Once upon a time", "--bos")
 	require.NoError(t, err)
 	require.Equal(t, "[1,80,147,201,282,57]\n", out)

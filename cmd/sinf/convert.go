@@ -24,7 +24,7 @@ func convertCommand() *cli.Command {
 		UsageText: "sinf convert --model DIR --task-scores FILE --model-scores FILE [--gamma 0.7] [--delta 0.3]\n" +
 			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q4_k|q5_k|q6_k [--head-dtype D] [--embed-dtype D]]\n" +
 			"   [--random [--seed S]] [--reconstruct none|bias|refit|both [--reconstruct-data tinystories] [--reconstruct-limit N]]\n" +
-			"   [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
+			"   [--predictor none|sketch] [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
 			strictFlag(),
@@ -47,6 +47,8 @@ func convertCommand() *cli.Command {
 				"bias (the dropped neurons' mean output as an FFN output bias), refit (ridge least-squares refit of the kept down_proj columns), both (the refit with an intercept), none"},
 			&cli.StringFlag{Name: "reconstruct-data", Value: "tinystories", Usage: "comma-separated built-in datasets whose profile split calibrates --reconstruct"},
 			&cli.IntFlag{Name: "reconstruct-limit", Usage: "calibration prompts per dataset (0: the whole profile split)"},
+			&cli.StringFlag{Name: "predictor", Value: "none", Usage: "sketch: also store a 2-bit sketch of each sliced layer's up_proj rows (SK2, 10 bytes per 32 weights), " +
+				"by which gatefirst ranks the rows per token as |silu(gate)·(sketch·x)|·‖down_proj column‖ instead of the prompt's estimate; none: no sketch"},
 			dataDirFlag(),
 			&cli.StringFlag{Name: "memory-budget", Usage: "choose the largest gamma whose file + KV cache + runtime fit, e.g. 6.5GiB"},
 			&cli.IntFlag{Name: "context", Value: 2048, Usage: "context length assumed by --memory-budget"},
@@ -104,6 +106,13 @@ func convertCommand() *cli.Command {
 				if opt.ModelScores, err = scores.Read(opt.ModelScoresPath); err != nil {
 					return err
 				}
+			}
+			switch p := c.String("predictor"); p {
+			case "sketch":
+				opt.Sketch = true
+			case "none":
+			default:
+				return fmt.Errorf("--predictor: unknown predictor %q (want sketch or none)", p)
 			}
 			method := c.String("reconstruct")
 			if method == "" {

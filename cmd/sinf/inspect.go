@@ -138,6 +138,9 @@ func printAnatomy(out io.Writer, a *Anatomy, tensors bool) {
 				{true, true}: "refitted down_proj rows and output bias", {false, false}: "none"}[[2]bool{r.Bias, r.Refit}]
 			fmt.Fprintf(w, "reconstruction\t%s, calibrated on %d tokens of %v (profile split)\n", what, r.Tokens, r.Tasks)
 		}
+		if s.Predictor == "up_sketch" {
+			fmt.Fprintf(w, "predictor\tup_proj sketches (SK2, 2 bits + an F16 scale per 32 weights): gatefirst ranks rows by |silu(gate)·(sketch·x)|·‖down‖\n")
+		}
 		for k, l := range s.Layers {
 			ridge := ""
 			if r := s.Reconstruction; r != nil && k < len(r.Ridge) {

@@ -194,6 +194,7 @@ type fileSpec struct {
 	lo, hi       int
 	dtype        convert.Recipe // DType 0: the checkpoint's
 	recon        recon.Method   // slim files: the reconstruction (None: plain)
+	sketch       bool           // slim files: up_proj sketches (convert --predictor sketch)
 }
 
 func (f fileSpec) name() string {
@@ -203,6 +204,9 @@ func (f fileSpec) name() string {
 	}
 	if f.recon != recon.None {
 		d += "-r" + f.recon.String()
+	}
+	if f.sketch {
+		d += "-sketch"
 	}
 	switch f.kind {
 	case FileSlim:
@@ -239,6 +243,7 @@ func Study(opt StudyOptions) (*Results, error) {
 type study struct {
 	opt      StudyOptions
 	cfg      runtime.Config
+	upDType  format.DType // the checkpoint's up_proj dtype (the sketch rows' φ)
 	lo, hi   int
 	plan     []*Run
 	res      *Results
@@ -361,8 +366,28 @@ func newStudy(opt StudyOptions) (*study, error) {
 	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
 		return nil, err
 	}
+	if !opt.NoReconstruct {
+		if s.upDType, err = checkpointDType(opt.Model); err != nil {
+			return nil, err
+		}
+	}
 	s.buildPlan()
 	return s, nil
+}
+
+// checkpointDType returns the dtype of layer 0's up_proj in the HF
+// checkpoint folder dir (the dtype its slim files store without --dtype).
+func checkpointDType(dir string) (format.DType, error) {
+	ck, err := hf.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer ck.Close()
+	t, err := ck.Tensor("model.layers.0.mlp.up_proj.weight")
+	if err != nil {
+		return 0, fmt.Errorf("study: %s: %w", dir, err)
+	}
+	return t.DType, nil
 }
 
 func (s *study) add(group, row, id, task string, mode runtime.Mode, fs fileSpec, phi float64) {
@@ -401,6 +426,8 @@ var tableRows = []struct{ id, label string }{
 	{"gamma-dense-rboth", "γ-Dense + refit and bias"},
 	{"gatefirst-recon", "GateFirst, reconstructed file"},
 	{"oracle-recon", "Oracle, reconstructed file"},
+	{"gatefirst-sketch", "GateFirst, reconstructed file with up_proj sketches (φ at the same bytes)"},
+	{"oracle-sketch", "Oracle, the same file and count"},
 }
 
 // dtypeID names a recipe in run IDs and file names ("q4_0", "q4_k_m").
@@ -445,6 +472,11 @@ func (s *study) buildPlan() {
 				fs.recon = o.Reconstruct
 				s.add(GroupTable, tableRows[11].label, tableRows[11].id, task, runtime.GateFirst, fs, phi)
 				s.add(GroupTable, tableRows[12].label, tableRows[12].id, task, runtime.Oracle, fs, phi)
+				fs.sketch = true
+				if sp := runtime.GateFirstSketchPhi(o.Gamma, o.Phi, runtime.SketchShare(s.upDType), s.cfg.Intermediate); sp > 0 {
+					s.add(GroupTable, tableRows[13].label, tableRows[13].id, task, runtime.GateFirst, fs, sp)
+					s.add(GroupTable, tableRows[14].label, tableRows[14].id, task, runtime.Oracle, fs, sp)
+				}
 			}
 		}
 		for _, d := range o.DTypes {
@@ -758,7 +790,7 @@ func (s *study) ensure(fs fileSpec) error {
 		s.res.Runs = kept
 	}
 	opt := convert.Options{Gamma: fs.gamma, Delta: fs.delta, FirstLayer: fs.lo, LastLayer: fs.hi, ExplicitRange: true,
-		Random: fs.kind != FileSlim, Seed: s.opt.Seed, DType: fs.dtype.DType, Mix: fs.dtype.Mix}
+		Random: fs.kind != FileSlim, Seed: s.opt.Seed, DType: fs.dtype.DType, Mix: fs.dtype.Mix, Sketch: fs.sketch}
 	if fs.recon != recon.None {
 		prompts, err := s.calibration()
 		if err != nil {
@@ -914,6 +946,8 @@ func (s *study) check(path string, fs fileSpec) string {
 		return "another dtype"
 	case !sameReconstruction(sel.Reconstruction, fs.recon, s.opt):
 		return "another reconstruction"
+	case (sel.Predictor != "") != fs.sketch:
+		return "another predictor"
 	}
 	if fs.kind == FileSlim {
 		for _, c := range []struct {

@@ -102,7 +102,7 @@ func TestStudy(t *testing.T) {
 		ids[r.ID] = r
 	}
 	for _, row := range []string{"dense", "gamma-dense", "selectinfer", "coreinfer", "coreinfer-selective", "coreinfer-random", "gatefirst",
-		"oracle", "gamma-dense-rbias", "gamma-dense-rrefit", "gamma-dense-rboth", "gatefirst-recon", "oracle-recon"} {
+		"oracle", "gamma-dense-rbias", "gamma-dense-rrefit", "gamma-dense-rboth", "gatefirst-recon", "oracle-recon", "gatefirst-sketch", "oracle-sketch"} {
 		for _, task := range opt.Tasks {
 			require.Contains(t, ids, "table/"+row+"/"+task)
 		}
@@ -129,6 +129,19 @@ func TestStudy(t *testing.T) {
 	// run on their files, which record the reconstruction.
 	assert.Equal(t, int64(2*269*3*128*4), ids["table/oracle/tinystories"].FFNBytesPerToken)
 	assert.Equal(t, "oracle", ids["table/oracle-recon/tinystories"].Mode)
+	// The sketch rows pay for the sketch (10 bytes per 32 weights of each
+	// stored up_proj row, 40 a row here) out of φ: (3·0.4 − 0.7·(1 + 10/128))/2
+	// = 0.22265625 is 85.5 rows, lowered to 85 (φ = 85/384); the oracle runs
+	// at the same count.
+	gs, ok := ids["table/gatefirst-sketch/tinystories"], ids["table/oracle-sketch/tinystories"]
+	assert.Equal(t, []any{0.221354167, "gatefirst", 0.221354167, "oracle"}, []any{gs.Phi, gs.Mode, ok.Phi, ok.Mode})
+	assert.Equal(t, int64(2*(269*128*4+269*40+2*85*128*4)), gs.FFNBytesPerToken)
+	assert.LessOrEqual(t, gs.FFNBytesPerToken, gf.FFNBytesPerToken)
+	sk, err := format.Open(gs.File)
+	require.NoError(t, err)
+	assert.Equal(t, "up_sketch", sk.Metadata().Selection.Predictor)
+	assert.NotNil(t, sk.Metadata().Selection.Reconstruction)
+	sk.Close()
 	for id, m := range map[string][2]bool{"gamma-dense-rbias": {true, false}, "gamma-dense-rrefit": {false, true}, "gamma-dense-rboth": {true, true}} {
 		f, err := format.Open(ids["table/"+id+"/tinystories"].File)
 		require.NoError(t, err)
@@ -213,7 +226,7 @@ func TestStudy(t *testing.T) {
 	opt.Limit, opt.NoSweeps, opt.Tasks = 1, true, []string{"tinystories"}
 	_, err = eval.Study(opt)
 	require.NoError(t, err)
-	assert.Len(t, c.runs, 13)
+	assert.Len(t, c.runs, 15)
 
 	// A damaged file is converted again when runs need it.
 	require.NoError(t, os.WriteFile(slim, []byte("not a sinf file"), 0o644))
@@ -221,7 +234,7 @@ func TestStudy(t *testing.T) {
 	opt.Limit = 2
 	_, err = eval.Study(opt)
 	require.NoError(t, err)
-	assert.Len(t, c.runs, 13, strings.Join(c.runs, "; "))
+	assert.Len(t, c.runs, 15, strings.Join(c.runs, "; "))
 	f, err := format.Open(slim)
 	require.NoError(t, err)
 	assert.NoError(t, f.Verify())
@@ -295,7 +308,7 @@ func TestStudyDTypes(t *testing.T) {
 	require.Contains(t, string(table), "## Stored dtype")
 	require.Contains(t, string(table), "| SelectInfer (γ=0.7, δ=0.3, φ=0.4), Q4_0 |")
 	require.Equal(t, 1, strings.Count(string(table), "| Dense, Q8_0 |"))
-	require.Len(t, res.Runs, 13+2*3) // the 13 table rows on one task, and three per dtype (Q8_0 once)
+	require.Len(t, res.Runs, 15+2*3) // the 15 table rows on one task, and three per dtype (Q8_0 once)
 }
 
 // TestStudyMassCurves: with Mass, every sparse run carries the activation

@@ -24,7 +24,8 @@ type Plan interface {
 // nil computes every stored neuron (3·kept·hidden·s bytes: gate and up rows
 // and the down_proj, whole or transposed), one with an active set
 // len(active) neurons (len(active)·3·hidden·s), one picking k rows per token
-// every gate row and k up and down rows ((kept + 2k)·hidden·s). plan is the
+// every gate row, the layer's up_proj sketch when it stores one, and k up and
+// down rows ((kept + 2k)·hidden·s + the sketch's bytes). plan is the
 // session (Session.Active, Session.PerToken); nil means every layer computes
 // all it stores, and so does a plan whose Oracle() is true (runtime.Oracle,
 // which computes every stored row). The embedding row, norms, biases and the KV cache are left
@@ -55,7 +56,7 @@ func BytesPerToken(m *runtime.Model, plan Plan) DecodeBytes {
 			down = f.Down.Rows * f.Down.DType.Size()
 		}
 		if k > 0 {
-			d.FFN += int64(f.Gate.Bytes() + k*(f.Up.RowBytes()+down))
+			d.FFN += int64(f.Gate.Bytes() + f.UpSketch.Bytes() + k*(f.Up.RowBytes()+down))
 			continue
 		}
 		d.FFN += int64(len(rows) * (f.Gate.RowBytes() + f.Up.RowBytes() + down))

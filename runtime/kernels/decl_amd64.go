@@ -303,3 +303,6 @@ func swigluAVX2(gate, up *float32, n int)
 
 //go:noescape
 func expSumAVX2(x *float32, n int, m float32) float32
+
+//go:noescape
+func sketchAVX2(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)

@@ -193,6 +193,12 @@ func kdotQ6_KNEON(lv unsafe.Pointer, xq *int8, sums *[16]int32)
 func kdotQ6_KDOTPROD(lv unsafe.Pointer, xq *int8, sums *[16]int32)
 
 //go:noescape
+func sketchNEON(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)
+
+//go:noescape
+func sketchDOTPROD(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)
+
+//go:noescape
 func readSumNEON(p unsafe.Pointer, n int) uint64
 
 //go:noescape

@@ -68,6 +68,11 @@ type kernelSet struct {
 	expSum func(x *float32, n int, m float32) float32
 	// readSum returns a checksum of the n bytes at p (n a multiple of 128).
 	readSum func(p unsafe.Pointer, n int) uint64
+	// sketch sets dst[r] = 2·Σ_b d_w·Σ_lanes (d_x·v − t[b]) for r < rows, the
+	// rows of nb SK2 blocks (10 bytes each) one after the other at w, over
+	// x as quantizeX leaves it at xq and t[b] = 3·d_x·Σq_x/16 (SketchMatVec;
+	// see sketchAVX2).
+	sketch func(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)
 
 	// Block-quantized weights (quant.go), index [q] qIndex of the dtype;
 	// rows are nb whole blocks of 32 weights.
@@ -148,6 +153,7 @@ var genericSet = &kernelSet{
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},
 	quantizeX: quantizeXGo,
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0Go, qaxpy4Q4_0Go},
+	sketch:    sketchGo,
 }
 
 // kernelSets lists the sets this CPU can run, the preferred one first and the

@@ -24,6 +24,7 @@ var avx2Set = &kernelSet{
 	readSum:   readSumAVX2,
 	swiglu:    swigluAVX2,
 	expSum:    expSumAVX2,
+	sketch:    sketchAVX2,
 	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2, qdotRowsQ5_0AVX2, qdotRowsQ5_1AVX2},
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0AVX2, qcvtQ4_0AVX2, qcvtQ5_0AVX2, qcvtQ5_1AVX2},
 	quantizeX: quantizeXAVX2,
@@ -48,6 +49,7 @@ var avx512Set = &kernelSet{
 	readSum:   readSumAVX2, // a read is a read: the 256-bit loop already saturates memory
 	swiglu:    swigluAVX2,  // bound by exp, not memory: 256 bits suffice
 	expSum:    expSumAVX2,
+	sketch:    sketchAVX2, // 512-bit form unmeasured
 	// Block-quantized rows: the AVX2 kernels (one block of 32 weights a
 	// step; 512-bit forms unmeasured, as no AVX-512 machine was at hand).
 	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2, qdotRowsQ5_0AVX2, qdotRowsQ5_1AVX2},

@@ -30,6 +30,7 @@ var neonSet = &kernelSet{
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON, qcvtQ5_0NEON, qcvtQ5_1NEON},
 	quantizeX: quantizeXGo,
 	qaxpy4:    [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0NEON, qaxpy4Q4_0NEON, qaxpy4Q5_0NEON, qaxpy4Q5_1NEON},
+	sketch:    sketchNEON,
 }
 
 // dotprodSet is neonSet with the decode dots and the prefill products of
@@ -38,6 +39,7 @@ var dotprodSet = func() *kernelSet {
 	c := *neonSet
 	c.name = "dotprod"
 	c.features = []string{"asimd", "asimddp"}
+	c.sketch = sketchDOTPROD
 	copy(c.qdotRows[:4], []qdotFunc{qdotRowsQ8_0DOTPROD, qdotRowsQ4_0DOTPROD, qdotRowsQ5_0DOTPROD, qdotRowsQ5_1DOTPROD}) // Q8_0, Q4_0, Q5_0, Q5_1 (the K-quants': archQKernels)
 	// Integer prefill (qgemm.go): SDOT by lane; Q8_0 and Q4_0 pack signed
 	// levels in assembly; the neon set dequantizes to float32 instead.

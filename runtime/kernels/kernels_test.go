@@ -581,6 +581,12 @@ func TestNoAllocs(t *testing.T) {
 					"AddRowsBatch": func() { AddRowsBatch(p, dTT[:3*C], m.Mat, aT[:3*256], 3) },
 				}
 				if dt == format.F32 {
+					// GateFirst's predictor over the same shape as an SK2 sketch
+					c := 192 // whole blocks within C
+					sd, err := format.Quantize(nil, randVec(rng, 256*c), format.SK2)
+					require.NoError(t, err)
+					sk := Sketch{Rows: 256, Cols: c, Data: sd}
+					cases["SketchMatVec"] = func() { SketchMatVec(p, dst, sk, x[:c]) }
 					// decode steps: each one position further into a
 					// 128-position cache, as forward.go calls it
 					a := AttnShape{Heads: 8, KVHeads: 2, HeadDim: 16, T: 1}

@@ -194,6 +194,7 @@ const (
 	opMatVecBatch      // MatVecBatch: opMatVec's rows, t tokens (batch.go)
 	opAddRowsBatch     // AddRowsBatch: opAddRows' columns, t tokens
 	opAddRowsPartBatch // AddRowsBatch: opAddRowsPart's terms, t tokens
+	opSketch           // SketchMatVec: rows of an SK2 sketch (sketch.go)
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
@@ -223,6 +224,9 @@ type job struct {
 // K-quant) too: there the pool keeps to the multiple always (see
 // alignRequired).
 func (j *job) colAlign() int {
+	if j.op == opSketch {
+		return 1
+	}
 	q := j.w.DType.Quantized()
 	be := 1
 	if q {
@@ -323,6 +327,8 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, j.chunk, s)
 	case opMatVecBatch, opAddRowsBatch, opAddRowsPartBatch:
 		j.batchDo(lo, hi, c)
+	case opSketch:
+		sketchRange(j.ks, j.dst, j.w, j.xq, j.xd, lo, hi)
 	case opRead:
 		readSink.Add(j.ks.readSum(unsafe.Add(dataPtr(j.w), lo*readUnit), (hi-lo)*readUnit))
 	}

@@ -504,12 +504,23 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	}
 	if sp.Mode == runtime.GateFirst && !c.IsSet("phi") {
 		// What selectinfer reads at the default φ (0.25 on a γ=0.7 file).
-		sp.Phi = max(runtime.GateFirstPhi(gamma, sp.Phi), 0.05)
+		// A file with up_proj sketches reads them too (their bytes come off φ).
+		sp.Phi = max(gateFirstPhi(m, gamma, sp.Phi), 0.05)
 	}
 	if err := sp.Validate(m); err != nil {
 		return sp, err
 	}
 	return sp, nil
+}
+
+// gateFirstPhi is GateFirst's φ at what selectinfer reads at phi from m, a
+// γ file: GateFirstPhi, or GateFirstSketchPhi when its layers store up_proj
+// sketches.
+func gateFirstPhi(m *runtime.Model, gamma, phi float64) float64 {
+	if share := runtime.ModelSketchShare(m); share > 0 {
+		return runtime.GateFirstSketchPhi(gamma, phi, share, m.Config.Intermediate)
+	}
+	return runtime.GateFirstPhi(gamma, phi)
 }
 
 // ContextZero says what --context 0 means in eval and study (run and

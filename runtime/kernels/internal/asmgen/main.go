@@ -180,6 +180,170 @@ func amd64(g *gen) {
 	expTables(g)
 	swigluAVX2(g)
 	expSumAVX2(g)
+	sketchAVX2(g)
+}
+
+// sketchAVX2 is the SK2 sketch product (format spec §5.2) over x as
+// quantizeX leaves it (int8 blocks of 32 at xq + 64b, d_x broadcast in the
+// block's last 32 bytes) and t[b] = 3·d_x·Σq_x/16 (SketchMatVec's): for each
+// of rows consecutive rows of nb 10-byte blocks at w,
+// dst[r] = 2·Σ_b d_w·Σ_lanes (d_x·v − t[b]) = Σ_b d_w·d_x·Σ_j (2q_j − 3)·q_x[j],
+// v the lane's four q·q_x. A block's 8 code bytes are broadcast to the four
+// qwords and shifted by 0, 2, 4, 6 bits, so that after & 3 byte j of the
+// register holds element j's q (the layout puts element j at bits 2·(j/8) of
+// byte j%8): then one VPMADDUBSW and VPMADDWD sum q·q_x in integers.
+func sketchAVX2(g *gen) {
+	name := "sketchAVX2"
+	g.p("DATA sk2Shift<>+0(SB)/8, $0")
+	g.p("DATA sk2Shift<>+8(SB)/8, $2")
+	g.p("DATA sk2Shift<>+16(SB)/8, $4")
+	g.p("DATA sk2Shift<>+24(SB)/8, $6")
+	g.p("GLOBL sk2Shift<>(SB), RODATA|NOPTR, $32")
+	g.p("")
+	g.decl("//go:noescape\nfunc %s(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ w+8(FP), SI")
+	g.i("MOVQ xq+16(FP), DX")
+	g.i("MOVQ t+24(FP), R11")
+	g.i("MOVQ rows+32(FP), CX")
+	g.i("MOVQ nb+40(FP), BX")
+	g.i("VMOVDQU sk2Shift<>(SB), Y13")
+	g.i("MOVL $0x03030303, AX")
+	g.i("VMOVD AX, X12")
+	g.i("VPBROADCASTD X12, Y12")
+	g.i("MOVL $0x00010001, AX")
+	g.i("VMOVD AX, X11")
+	g.i("VPBROADCASTD X11, Y11")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("row:")
+	g.i("VXORPS Y4, Y4, Y4")
+	g.i("MOVQ DX, R8")
+	g.i("MOVQ R11, R10")
+	g.i("MOVQ BX, R9")
+	g.i("TESTQ R9, R9")
+	g.i("JEQ rowend")
+	g.p("blk:")
+	g.i("VPBROADCASTQ 2(SI), Y0")
+	g.i("VPSRLVQ Y13, Y0, Y0")
+	g.i("VPAND Y12, Y0, Y0")
+	g.i("VPMADDUBSW 0(R8), Y0, Y1")
+	g.i("VPMADDWD Y11, Y1, Y1")
+	g.i("VCVTDQ2PS Y1, Y1")
+	g.i("VBROADCASTSS 0(R10), Y2")
+	g.i("VFMSUB132PS 32(R8), Y2, Y1")
+	g.i("VPBROADCASTW 0(SI), X3")
+	g.i("VCVTPH2PS X3, Y3")
+	g.i("VFMADD231PS Y1, Y3, Y4")
+	g.i("ADDQ $10, SI")
+	g.i("ADDQ $64, R8")
+	g.i("ADDQ $4, R10")
+	g.i("DECQ R9")
+	g.i("JNE blk")
+	g.p("rowend:")
+	g.i("VEXTRACTF128 $1, Y4, X5")
+	g.i("VADDPS X5, X4, X4")
+	g.i("VHADDPS X4, X4, X4")
+	g.i("VHADDPS X4, X4, X4")
+	g.i("VADDSS X4, X4, X4")
+	g.i("MOVSS X4, (DI)")
+	g.i("ADDQ $4, DI")
+	g.i("DECQ CX")
+	g.i("JNE row")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// neonSketch is sketchAVX2 for NEON, four lanes a block: each lane
+// subtracts 2·t[b] (FMLS by 2), so that the lanes still sum to
+// d_x·Σq·q_x − 8·t[b]. The 8 code bytes go to both halves of a register;
+// USHL by (0, −2) and (−4, −6) and & 3 give elements 0–15 and 16–31 in
+// order. dotprod: two SDOT into a zeroed register; else SMULL, SMLAL2,
+// SADDLP, SADALP (int16 pairs: ≤ 2·3·127).
+func neonSketch(g *gen, dotprod bool) {
+	name := "sketchNEON"
+	if dotprod {
+		name = "sketchDOTPROD"
+	}
+	neonText(g, name, 48, "(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)")
+	g.i("MOVD dst+0(FP), R7")
+	g.i("MOVD w+8(FP), R0")
+	g.i("MOVD xq+16(FP), R2")
+	g.i("MOVD t+24(FP), R19")
+	g.i("MOVD rows+32(FP), R6")
+	g.i("MOVD nb+40(FP), R3")
+	g.i("MOVD ·f16Table(SB), R14")
+	g.i("VMOVI $3, V28.B16")
+	zero(g, 26)
+	g.i("MOVD $-2, R15")
+	g.i("VMOV R15, V26.D[1]")
+	g.i("MOVD $-4, R15")
+	g.i("VMOV R15, V25.D[0]")
+	g.i("MOVD $-6, R15")
+	g.i("VMOV R15, V25.D[1]")
+	g.i("FMOVS $2.0, F27")
+	g.i("VDUP V27.S[0], V27.S4")
+	g.i("CBZ R6, done")
+	g.p("row:")
+	g.i("MOVD R2, R4")
+	g.i("MOVD R19, R20")
+	g.i("MOVD R3, R5")
+	zero(g, 16)
+	g.i("CBZ R5, rowend")
+	g.p("blk:")
+	g.i("MOVD 2(R0), R15")
+	g.i("VMOV R15, V0.D[0]")
+	g.i("VMOV R15, V0.D[1]")
+	g.i(ushl2D(1, 0, 26))
+	g.i(ushl2D(0, 0, 25))
+	g.i("VAND V28.B16, V1.B16, V1.B16")
+	g.i("VAND V28.B16, V0.B16, V0.B16")
+	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
+	if dotprod {
+		g.i("VEOR V6.B16, V6.B16, V6.B16")
+		g.i(sdot(6, 1, 2))
+		g.i(sdot(6, 0, 3))
+	} else {
+		g.i(smull(6, 1, 2))
+		g.i(smlal2(6, 1, 2))
+		g.i(smull(7, 0, 3))
+		g.i(smlal2(7, 0, 3))
+		g.i(saddlp(6, 6))
+		g.i(sadalp(6, 7))
+	}
+	g.i(scvtfV(6, 6))
+	g.i(fmulV(6, 6, 4))
+	g.i("VLD1R.P 4(R20), [V7.S4]")
+	g.i("VFMLS V27.S4, V7.S4, V6.S4")
+	g.i("MOVHU (R0), R15")
+	g.i("MOVWU (R14)(R15<<2), R16")
+	g.i("FMOVS R16, F20")
+	g.i("VDUP V20.S[0], V20.S4")
+	g.i("VFMLA V20.S4, V6.S4, V16.S4")
+	g.i("ADD $10, R0, R0")
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
+	g.p("rowend:")
+	g.i(faddpV(16, 16, 16))
+	g.i(faddpS(16, 16))
+	g.i("FADDS F16, F16, F16")
+	g.i("FMOVS F16, (R7)")
+	g.i("ADD $4, R7, R7")
+	g.i("SUBS $1, R6, R6")
+	g.i("BNE row")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// ushl2D is USHL Vd.2D, Vn.2D, Vm.2D: each 64-bit lane shifted left by the
+// signed low byte of Vm's lane (negative: right, logical).
+func ushl2D(d, n, m int) string {
+	return word(0x6EE04400|m<<16|n<<5|d, "USHL V%d.2D, V%d.2D, V%d.2D", d, n, m)
 }
 
 func (x x86) text(g *gen, name string, args int, goSig string) {
@@ -1016,6 +1180,8 @@ func arm64(g *gen) {
 		neonKDot(g, kind, false)
 		neonKDot(g, kind, true)
 	}
+	neonSketch(g, false)
+	neonSketch(g, true)
 	neonReadSum(g)
 	neonSwiGLU(g)
 	neonExpSum(g)
