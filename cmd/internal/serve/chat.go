@@ -145,7 +145,7 @@ func chatLoop(srv *Server, req request, system string, in io.Reader, out io.Writ
 		}
 		// the conversation's oldest turns go once it outgrows the context
 		// (the system message stays); content is encoded as text (encodeChat)
-		ids, dropped, e := srv.fitList("the conversation", list, nil, req.maxTokens)
+		ids, dropped, e := srv.fitList(context.Background(), "the conversation", list, nil, req.maxTokens)
 		if e != nil {
 			srv.release()
 			msgs = msgs[:len(msgs)-1]

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,7 +16,10 @@ import (
 
 // TestFitTurns: whole turns go oldest first (a user message with the
 // replies and tool messages after it), the system messages and the last
-// message stay, and a conversation that cannot fit is an error.
+// message stay, and a conversation that cannot fit is an error; the fewest
+// turns that fit are found by bisection (the whole list, then only the last
+// turn, then halves), so 3000 turns take 14 renderings, not 3000; a
+// cancelled request stops before the next rendering.
 func TestFitTurns(t *testing.T) {
 	var msgs []json.RawMessage
 	for _, m := range []string{`{"role":"system","content":"S"}`, `{"role":"user","content":"u1"}`, `{"role":"assistant","content":"a1"}`,
@@ -34,24 +38,50 @@ func TestFitTurns(t *testing.T) {
 		seen = append(seen, strings.Join(names, " "))
 		return make([]int, len(list)), true, nil
 	}
-	ids, dropped, err := fitTurns(msgs, 7, encode)
+	ctx := context.Background()
+	ids, dropped, err := fitTurns(ctx, msgs, 7, encode)
 	require.NoError(t, err)
 	require.Equal(t, 0, dropped)
 	require.Len(t, ids, 7)
 	seen = nil
-	ids, dropped, err = fitTurns(msgs, 3, encode)
+	ids, dropped, err = fitTurns(ctx, msgs, 3, encode)
 	require.NoError(t, err)
 	require.Equal(t, 5, dropped)
 	require.Len(t, ids, 2)
-	require.Equal(t, []string{"S u1 a1 t1 u2 a2 u3", "S u2 a2 u3", "S u3"}, seen)
-	_, _, err = fitTurns(msgs, 1, encode)
+	require.Equal(t, []string{"S u1 a1 t1 u2 a2 u3", "S u3", "S u2 a2 u3"}, seen)
+	_, _, err = fitTurns(ctx, msgs, 1, encode)
 	require.ErrorContains(t, err, "2 tokens with only the system messages and the last message kept, and the context leaves 1 for them")
 	// no system message: the first turn goes first
 	seen = nil
-	_, dropped, err = fitTurns(msgs[1:], 3, encode)
+	_, dropped, err = fitTurns(ctx, msgs[1:], 3, encode)
 	require.NoError(t, err)
 	require.Equal(t, 3, dropped)
-	require.Equal(t, []string{"u1 a1 t1 u2 a2 u3", "u2 a2 u3"}, seen)
+	require.Equal(t, []string{"u1 a1 t1 u2 a2 u3", "u3", "u2 a2 u3"}, seen)
+
+	// 3000 turns of a user message and a reply, then a last user message:
+	// the fewest that leave at most 202 messages (the system one, 100
+	// turns, the last) are 2900 turns, 5800 messages; 102 leave 50 turns.
+	long := []json.RawMessage{msgs[0]}
+	for range 3000 {
+		long = append(long, msgs[1], msgs[2])
+	}
+	long = append(long, msgs[6])
+	ids, dropped, err = fitTurns(ctx, long, 102, encode)
+	require.NoError(t, err)
+	require.Equal(t, 5900, dropped)
+	require.Len(t, ids, 102)
+	seen = nil
+	ids, dropped, err = fitTurns(ctx, long, 202, encode)
+	require.NoError(t, err)
+	require.Equal(t, 5800, dropped)
+	require.Len(t, ids, 202)
+	require.LessOrEqual(t, len(seen), 14, "renderings")
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	seen = nil
+	_, _, err = fitTurns(cancelled, long, 202, encode)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Empty(t, seen)
 }
 
 // TestParseToolCalls: Hermes blocks (several, text around them the content,

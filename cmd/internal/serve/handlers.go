@@ -108,7 +108,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	encode := func() ([]int, int, *apiError) {
 		ids, e := s.encodeChat("messages", msgs, vars)
 		if req.dropOldest && (e != nil && e.Code == "context_length_exceeded" || e == nil && len(ids) > s.Context()-replyRoom(req.maxTokens, s.Context())) {
-			return s.fitChat(msgs, vars, req.maxTokens)
+			return s.fitChat(r.Context(), msgs, vars, req.maxTokens)
 		}
 		return ids, 0, e
 	}
