@@ -33,6 +33,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ardanlabs/jinja"
@@ -51,6 +53,11 @@ type Template struct {
 	tools   *jinja.Template
 	def     *jinja.Template
 	special map[string]string // bos_token, eos_token, unk_token, pad_token present in the config
+	// overdue counts renders that outlived their Options.Timeout and are
+	// still running (the engine cannot be stopped): while one is, render
+	// refuses to start another, so that a template that never ends holds
+	// one goroutine, not one per request.
+	overdue atomic.Int32
 }
 
 // Options bound a render.
@@ -261,18 +268,32 @@ func (t *Template) render(messages json.RawMessage, addGenerationPrompt bool, va
 	}
 	data["messages"] = msgs
 	data["add_generation_prompt"] = jinja.NewBool(addGenerationPrompt)
+	data["range"] = boundedRange
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxBytes
 	}
+	if t.overdue.Load() > 0 {
+		return "", fmt.Errorf("chat template: an earlier rendering is still running past the %v limit, so no other starts until it ends", o.Timeout)
+	}
 	type result struct {
 		s   string
 		err error
 	}
 	done := make(chan result, 1)
+	var mu sync.Mutex
+	var finished, abandoned bool
 	go func() {
+		defer func() {
+			mu.Lock()
+			finished = true
+			if abandoned {
+				t.overdue.Add(-1)
+			}
+			mu.Unlock()
+		}()
 		// A panic in the engine on this goroutine would end the process
 		// (a server's handlers recover only their own): make it an error.
 		defer func() {
@@ -295,9 +316,66 @@ func (t *Template) render(messages json.RawMessage, addGenerationPrompt bool, va
 		}
 		return r.s, nil
 	case <-timer.C:
+		mu.Lock()
+		if !finished {
+			abandoned = true
+			t.overdue.Add(1)
+		}
+		mu.Unlock()
 		return "", fmt.Errorf("chat template: rendering took longer than %v", o.Timeout)
 	}
 }
+
+// MaxRange is the most elements a template's range() may make: HF chat
+// templates range over messages and tools, and range(10**8) would hold
+// gigabytes as a list before a single one is written.
+const MaxRange = 1 << 16
+
+// boundedRange is Jinja's range (Python's: range(stop), range(start, stop),
+// range(start, stop, step), integers) refusing more than MaxRange elements;
+// it replaces the engine's builtin in every render.
+var boundedRange = jinja.NewCallable("range", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	var n [3]int64
+	if len(args) < 1 || len(args) > 3 {
+		return jinja.Undefined(), fmt.Errorf("range: expected 1-3 arguments, got %d", len(args))
+	}
+	for i, a := range args {
+		switch {
+		case a.IsInt():
+			n[i] = a.AsInt()
+		case a.IsBool() && a.AsBool():
+			n[i] = 1
+		case a.IsBool():
+		default:
+			return jinja.Undefined(), fmt.Errorf("range: argument %d is %v, not an integer", i+1, a)
+		}
+	}
+	start, stop, step := int64(0), n[0], int64(1)
+	if len(args) > 1 {
+		start, stop = n[0], n[1]
+	}
+	if len(args) == 3 {
+		step = n[2]
+	}
+	if step == 0 {
+		return jinja.Undefined(), errors.New("range: step must not be zero")
+	}
+	var count uint64 // ⌈|stop − start| / |step|⌉ when step goes from start toward stop
+	switch {
+	case step > 0 && stop > start:
+		count = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
+	case step < 0 && stop < start:
+		count = (uint64(start)-uint64(stop)-1)/(-uint64(step)) + 1
+	}
+	if count > MaxRange {
+		return jinja.Undefined(), fmt.Errorf("range: %d elements, more than the %d a chat template may make", count, MaxRange)
+	}
+	items := make([]jinja.Value, count)
+	for i := range items {
+		items[i] = jinja.NewInt(start + int64(i)*step)
+	}
+	return jinja.NewList(items), nil
+})
 
 // Value decodes one JSON value into a template value, keeping object keys in
 // their order (as Python's json.loads does, so tojson writes them back in

@@ -107,6 +107,33 @@ func TestTemplateFeatures(t *testing.T) {
 	require.NoError(t, err)
 	_, err = slow.Render(json.RawMessage(`[]`), false, nil, chat.Options{Timeout: time.Millisecond})
 	require.EqualError(t, err, "chat template: rendering took longer than 1ms")
+	// The engine cannot be stopped: while the overdue render runs, no other
+	// starts (one goroutine per runaway template, not one per request); once
+	// it ends, renders go on.
+	_, err = slow.Render(json.RawMessage(`[]`), false, nil, chat.Options{})
+	require.EqualError(t, err, "chat template: an earlier rendering is still running past the 2s limit, so no other starts until it ends")
+	require.Eventually(t, func() bool {
+		_, err := slow.Render(json.RawMessage(`[]`), false, nil, chat.Options{})
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond)
+	// range() makes at most chat.MaxRange elements (range(10**8) held
+	// gigabytes before its first iteration); Python's forms otherwise.
+	ranges, err := chat.New("t", "{{ range(3) | list }}{{ range(2, 5) | list }}{{ range(5, 0, -2) | list }}{{ range(0, 7, 3) | list }}{{ range(4, 2) | list }}", nil)
+	require.NoError(t, err)
+	out, err = ranges.Render(json.RawMessage(`[]`), false, nil, chat.Options{})
+	require.NoError(t, err)
+	require.Equal(t, "[0, 1, 2][2, 3, 4][5, 3, 1][0, 3, 6][]", out)
+	for src, msg := range map[string]string{
+		"{% for i in range(100000000) %}{{ i }}{% endfor %}":     "range: 100000000 elements, more than the 65536 a chat template may make",
+		"{{ range(-9223372036854775807, 9223372036854775807) }}": "range: 18446744073709551614 elements, more than the 65536 a chat template may make",
+		"{{ range(1, 2, 0) }}":                                   "range: step must not be zero",
+		"{{ range('a') }}":                                       "range: argument 1 is 'a', not an integer",
+	} {
+		tl, err := chat.New("t", src, nil)
+		require.NoError(t, err)
+		_, err = tl.Render(json.RawMessage(`[]`), false, nil, chat.Options{})
+		require.ErrorContains(t, err, msg, src)
+	}
 
 	// HF's named templates: tool_use for a request with tools.
 	named, err := chat.FromTokenizerConfig("tc.json", []byte(`{"chat_template":[{"name":"default","template":"D"},{"name":"tool_use","template":"T{{ tools[0] }}"}]}`))
