@@ -173,7 +173,12 @@ func TestCompileRefuses(t *testing.T) {
 		`{"type":"strange"}`:                                                   `schema.type: unknown type "strange"`,
 		`{"type":"object","properties":{"a":{}},"required":["b"]}`:             `schema.required: "b" is not in properties`,
 		`{"type":"array","minItems":3,"maxItems":2}`:                           "minItems 3 above maxItems 2",
-		`[1]`: "schema: want a schema object",
+		`[1]`:                            "schema: want a schema object",
+		`null`:                           "schema: want a schema object",
+		`{"type":"string","enum":[1,2]}`: `schema.enum: 1 is not of the schema's type "string", so no value satisfies it`,
+		`{"type":"string","const":5}`:    `schema.const: 5 is not of the schema's type "string"`,
+		`{"type":["integer","null"],"enum":[null,1.5]}`: `schema.enum: 1.5 is not of the schema's type ["integer","null"]`,
+		`{"type":"array","minItems":1000000000000000}`:  "schema.minItems: 1000000000000000, at most 4096",
 	} {
 		_, err := constrain.Compile("schema", json.RawMessage(schema))
 		require.ErrorContains(t, err, want, schema)
@@ -187,7 +192,7 @@ func TestCompileRefuses(t *testing.T) {
 // schema (santhosh-tekuri/jsonschema).
 func TestRandomDocumentsValidate(t *testing.T) {
 	v, eos := toyVocab()
-	for _, schema := range []string{personSchema, `{"type":"object"}`,
+	for _, schema := range []string{personSchema, `{"type":"object"}`, `true`, `{"type":["integer","null"],"enum":[null,2,3.0]}`,
 		`{"type":"object","properties":{"xs":{"type":"array","items":{"type":"array","items":{"type":"number"},"maxItems":2}},"e":{"const":{"k":[1,"two"]}}},"required":["xs","e"]}`} {
 		node := compile(t, schema)
 		val := validator(t, schema)

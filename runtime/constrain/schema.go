@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -72,12 +73,45 @@ func JSONObject() *Node {
 // examples are annotations and ignored. Other keywords ($ref, anyOf, pattern,
 // minimum, ...) are refused, naming their path, rather than not enforced. name
 // labels errors ("response_format.json_schema.schema").
+//
+// The schema true compiles to a node of any JSON value (not nil, which a
+// caller may take for no constraint at all); null, an enum or const value
+// that the node's type refuses (an unsatisfiable schema), and minItems above
+// MaxMinItems are errors.
 func Compile(name string, schema json.RawMessage) (*Node, error) {
 	n, err := compile(name, schema, 0)
 	if err != nil {
 		return nil, err
 	}
+	if n == nil {
+		return &Node{kinds: kAny, maxItems: -1}, nil
+	}
 	return n, nil
+}
+
+// MaxMinItems is the largest minItems a schema may ask for: a reply that
+// must hold more elements would be cut by max_tokens before it is valid.
+const MaxMinItems = 4096
+
+// valueKinds returns the kinds a decoded JSON value (encoding/json's any)
+// belongs to: an integral number is a number and an integer.
+func valueKinds(x any) uint8 {
+	switch v := x.(type) {
+	case string:
+		return kString
+	case float64:
+		if v == math.Trunc(v) {
+			return kNumber | kInteger
+		}
+		return kNumber
+	case bool:
+		return kBoolean
+	case nil:
+		return kNull
+	case map[string]any:
+		return kObject
+	}
+	return kArray
 }
 
 var annotations = map[string]bool{"title": true, "description": true, "default": true, "$schema": true, "examples": true, "strict": true, "$id": true, "$comment": true}
@@ -87,7 +121,7 @@ func compile(path string, raw json.RawMessage, depth int) (*Node, error) {
 		return nil, fmt.Errorf("%s: nested more than 64 deep", path)
 	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
 		if t := bytes.TrimSpace(raw); string(t) == "true" {
 			return nil, nil // the schema true: anything
 		}
@@ -149,6 +183,9 @@ func compile(path string, raw json.RawMessage, depth int) (*Node, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s.%s: %v", path, k, err)
 			}
+			if valueKinds(x)&n.kinds == 0 {
+				return nil, fmt.Errorf("%s.%s: %s is not of the schema's type %s, so no value satisfies it", path, k, enc, bytes.TrimSpace(m["type"]))
+			}
 			n.enum = append(n.enum, enc)
 		}
 	}
@@ -206,6 +243,9 @@ func compile(path string, raw json.RawMessage, depth int) (*Node, error) {
 		var x int
 		if err := json.Unmarshal(v, &x); err != nil || x < 0 {
 			return nil, fmt.Errorf("%s.%s: want an integer ≥ 0", path, k)
+		}
+		if k == "minItems" && x > MaxMinItems {
+			return nil, fmt.Errorf("%s.minItems: %d, at most %d (a longer array would not fit a reply)", path, x, MaxMinItems)
 		}
 		if k == "minItems" {
 			n.minItems = x
