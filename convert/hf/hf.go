@@ -83,6 +83,11 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, err
 	}
 	if g, err := format.ReadRegularFile(filepath.Join(dir, "generation_config.json")); err == nil {
+		// checked here, so that convert refuses it rather than writing a
+		// file that sinf-run then refuses
+		if _, err := runtime.ParseGenerationConfig(filepath.Join(dir, "generation_config.json"), g); err != nil {
+			return nil, err
+		}
 		c.GenerationConfig = g
 	}
 	files, err := c.weightFiles()

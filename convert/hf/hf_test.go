@@ -106,6 +106,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown model_type", func(t *testing.T, dir string) {
 			editConfig(t, dir, func(m map[string]any) { m["model_type"] = "gemma2" })
 		}, []string{"config.json", `model_type "gemma2"`, "llama, qwen2"}},
+		{"bad generation_config.json", func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"temperature":"hot","do_sample":1}`), 0o644))
+		}, []string{"generation_config.json", "temperature"}},
 		{"missing size", func(t *testing.T, dir string) {
 			editConfig(t, dir, func(m map[string]any) { delete(m, "hidden_size") })
 		}, []string{"config.json", "hidden_size"}},
