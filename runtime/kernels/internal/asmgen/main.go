@@ -216,6 +216,41 @@ func sketchAVX2(g *gen) {
 	g.i("MOVL $0x00010001, AX")
 	g.i("VMOVD AX, X11")
 	g.i("VPBROADCASTD X11, Y11")
+	g.i("LEAQ (BX)(BX*4), R12")
+	g.i("ADDQ R12, R12") // a row's bytes, 10·nb
+	// Four rows at a time (independent chains; x's loads shared), then one.
+	g.i("CMPQ CX, $4")
+	g.i("JLT one")
+	g.p("four:")
+	for r := 4; r < 8; r++ {
+		g.i("VXORPS Y%d, Y%d, Y%d", r, r, r)
+	}
+	g.i("LEAQ (SI)(R12*1), R13")
+	g.i("LEAQ (R13)(R12*1), R14")
+	g.i("LEAQ (R14)(R12*1), R15")
+	g.i("MOVQ DX, R8")
+	g.i("MOVQ R11, R10")
+	g.i("MOVQ BX, R9")
+	g.p("blk4:")
+	g.i("VBROADCASTSS 0(R10), Y8")
+	for r, base := range []string{"SI", "R13", "R14", "R15"} {
+		sketchBlockAVX2(g, base, 4+r)
+	}
+	for _, base := range []string{"SI", "R13", "R14", "R15"} {
+		g.i("ADDQ $10, %s", base)
+	}
+	g.i("ADDQ $64, R8")
+	g.i("ADDQ $4, R10")
+	g.i("DECQ R9")
+	g.i("JNE blk4")
+	for r := 4; r < 8; r++ {
+		sketchStoreAVX2(g, r)
+	}
+	g.i("MOVQ R15, SI")
+	g.i("SUBQ $4, CX")
+	g.i("CMPQ CX, $4")
+	g.i("JGE four")
+	g.p("one:")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
 	g.p("row:")
@@ -223,39 +258,48 @@ func sketchAVX2(g *gen) {
 	g.i("MOVQ DX, R8")
 	g.i("MOVQ R11, R10")
 	g.i("MOVQ BX, R9")
-	g.i("TESTQ R9, R9")
-	g.i("JEQ rowend")
 	g.p("blk:")
-	g.i("VPBROADCASTQ 2(SI), Y0")
-	g.i("VPSRLVQ Y13, Y0, Y0")
-	g.i("VPAND Y12, Y0, Y0")
-	g.i("VPMADDUBSW 0(R8), Y0, Y1")
-	g.i("VPMADDWD Y11, Y1, Y1")
-	g.i("VCVTDQ2PS Y1, Y1")
-	g.i("VBROADCASTSS 0(R10), Y2")
-	g.i("VFMSUB132PS 32(R8), Y2, Y1")
-	g.i("VPBROADCASTW 0(SI), X3")
-	g.i("VCVTPH2PS X3, Y3")
-	g.i("VFMADD231PS Y1, Y3, Y4")
+	g.i("VBROADCASTSS 0(R10), Y8")
+	sketchBlockAVX2(g, "SI", 4)
 	g.i("ADDQ $10, SI")
 	g.i("ADDQ $64, R8")
 	g.i("ADDQ $4, R10")
 	g.i("DECQ R9")
 	g.i("JNE blk")
-	g.p("rowend:")
-	g.i("VEXTRACTF128 $1, Y4, X5")
-	g.i("VADDPS X5, X4, X4")
-	g.i("VHADDPS X4, X4, X4")
-	g.i("VHADDPS X4, X4, X4")
-	g.i("VADDSS X4, X4, X4")
-	g.i("MOVSS X4, (DI)")
-	g.i("ADDQ $4, DI")
+	sketchStoreAVX2(g, 4)
 	g.i("DECQ CX")
 	g.i("JNE row")
 	g.p("done:")
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
+}
+
+// sketchBlockAVX2 adds one SK2 block at base (the x block at R8, t[b]
+// broadcast in Y8) to the row's accumulator Y<acc>: VPMADDUBSW and VPMADDWD
+// sum q·q_x in eight int32 lanes, then acc += d_w·(d_x·v − t[b]).
+func sketchBlockAVX2(g *gen, base string, acc int) {
+	g.i("VPBROADCASTQ 2(%s), Y0", base)
+	g.i("VPSRLVQ Y13, Y0, Y0")
+	g.i("VPAND Y12, Y0, Y0")
+	g.i("VPMADDUBSW 0(R8), Y0, Y1")
+	g.i("VPMADDWD Y11, Y1, Y1")
+	g.i("VCVTDQ2PS Y1, Y1")
+	g.i("VFMSUB132PS 32(R8), Y8, Y1")
+	g.i("VPBROADCASTW 0(%s), X3", base)
+	g.i("VCVTPH2PS X3, Y3")
+	g.i("VFMADD231PS Y1, Y3, Y%d", acc)
+}
+
+// sketchStoreAVX2 stores 2·(the sum of Y<acc>'s lanes) at DI, DI += 4.
+func sketchStoreAVX2(g *gen, acc int) {
+	g.i("VEXTRACTF128 $1, Y%d, X9", acc)
+	g.i("VADDPS X9, X%d, X9", acc)
+	g.i("VHADDPS X9, X9, X9")
+	g.i("VHADDPS X9, X9, X9")
+	g.i("VADDSS X9, X9, X9")
+	g.i("MOVSS X9, (DI)")
+	g.i("ADDQ $4, DI")
 }
 
 // neonSketch is sketchAVX2 for NEON, four lanes a block: each lane
@@ -287,22 +331,74 @@ func neonSketch(g *gen, dotprod bool) {
 	g.i("VMOV R15, V25.D[1]")
 	g.i("FMOVS $2.0, F27")
 	g.i("VDUP V27.S[0], V27.S4")
-	g.i("CBZ R6, done")
-	g.p("row:")
+	g.i("ADD R3<<2, R3, R12")
+	g.i("LSL $1, R12, R12") // a row's bytes, 10·nb
+	g.i("CBZ R3, zeros")
+	// Four rows at a time (x's loads shared), then one.
+	g.i("CMP $4, R6")
+	g.i("BLT one")
+	g.p("four:")
+	zero(g, 16, 17, 18, 19)
+	g.i("ADD R12, R0, R21")
+	g.i("ADD R12, R21, R22")
+	g.i("ADD R12, R22, R23")
 	g.i("MOVD R2, R4")
 	g.i("MOVD R19, R20")
 	g.i("MOVD R3, R5")
+	g.p("blk4:")
+	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
+	g.i("VLD1R.P 4(R20), [V24.S4]")
+	for r, base := range []string{"R0", "R21", "R22", "R23"} {
+		neonSketchBlock(g, base, 16+r, dotprod)
+	}
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk4")
+	for r := 16; r < 20; r++ {
+		neonSketchStore(g, r)
+	}
+	g.i("MOVD R23, R0")
+	g.i("SUB $4, R6, R6")
+	g.i("CMP $4, R6")
+	g.i("BGE four")
+	g.p("one:")
+	g.i("CBZ R6, done")
+	g.p("row:")
 	zero(g, 16)
-	g.i("CBZ R5, rowend")
+	g.i("MOVD R2, R4")
+	g.i("MOVD R19, R20")
+	g.i("MOVD R3, R5")
 	g.p("blk:")
-	g.i("MOVD 2(R0), R15")
+	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
+	g.i("VLD1R.P 4(R20), [V24.S4]")
+	neonSketchBlock(g, "R0", 16, dotprod)
+	g.i("SUBS $1, R5, R5")
+	g.i("BNE blk")
+	neonSketchStore(g, 16)
+	g.i("SUBS $1, R6, R6")
+	g.i("BNE row")
+	g.i("B done")
+	g.p("zeros:") // nb = 0: every row's sum is 0
+	g.i("CBZ R6, done")
+	g.i("MOVW ZR, (R7)")
+	g.i("ADD $4, R7, R7")
+	g.i("SUBS $1, R6, R6")
+	g.i("B zeros")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// neonSketchBlock adds the SK2 block at base (base += 10) to V<acc>, the x
+// block in V2–V5 (levels, then d_x four times) and t[b] in V24: each lane
+// adds d_w·(d_x·v − 2·t[b]), v its four q·q_x.
+func neonSketchBlock(g *gen, base string, acc int, dotprod bool) {
+	g.i("MOVD 2(%s), R15", base)
 	g.i("VMOV R15, V0.D[0]")
 	g.i("VMOV R15, V0.D[1]")
 	g.i(ushl2D(1, 0, 26))
 	g.i(ushl2D(0, 0, 25))
 	g.i("VAND V28.B16, V1.B16, V1.B16")
 	g.i("VAND V28.B16, V0.B16, V0.B16")
-	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
 	if dotprod {
 		g.i("VEOR V6.B16, V6.B16, V6.B16")
 		g.i(sdot(6, 1, 2))
@@ -317,27 +413,22 @@ func neonSketch(g *gen, dotprod bool) {
 	}
 	g.i(scvtfV(6, 6))
 	g.i(fmulV(6, 6, 4))
-	g.i("VLD1R.P 4(R20), [V7.S4]")
-	g.i("VFMLS V27.S4, V7.S4, V6.S4")
-	g.i("MOVHU (R0), R15")
+	g.i("VFMLS V27.S4, V24.S4, V6.S4")
+	g.i("MOVHU (%s), R15", base)
 	g.i("MOVWU (R14)(R15<<2), R16")
 	g.i("FMOVS R16, F20")
 	g.i("VDUP V20.S[0], V20.S4")
-	g.i("VFMLA V20.S4, V6.S4, V16.S4")
-	g.i("ADD $10, R0, R0")
-	g.i("SUBS $1, R5, R5")
-	g.i("BNE blk")
-	g.p("rowend:")
-	g.i(faddpV(16, 16, 16))
-	g.i(faddpS(16, 16))
-	g.i("FADDS F16, F16, F16")
-	g.i("FMOVS F16, (R7)")
+	g.i("VFMLA V20.S4, V6.S4, V%d.S4", acc)
+	g.i("ADD $10, %s, %s", base, base)
+}
+
+// neonSketchStore stores 2·(the sum of V<acc>'s lanes) at R7, R7 += 4.
+func neonSketchStore(g *gen, acc int) {
+	g.i(faddpV(acc, acc, acc))
+	g.i(faddpS(acc, acc))
+	g.i("FADDS F%d, F%d, F%d", acc, acc, acc)
+	g.i("FMOVS F%d, (R7)", acc)
 	g.i("ADD $4, R7, R7")
-	g.i("SUBS $1, R6, R6")
-	g.i("BNE row")
-	g.p("done:")
-	g.i("RET")
-	g.p("")
 }
 
 // ushl2D is USHL Vd.2D, Vn.2D, Vm.2D: each 64-bit lane shifted left by the
