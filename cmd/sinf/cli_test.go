@@ -63,7 +63,38 @@ func TestPipeline(t *testing.T) {
 	require.Contains(t, out, "of [tinystories] (profile split)")
 	out, err = run(t, "verify", p("ts.sinf"))
 	require.NoError(t, err)
-	require.Contains(t, out, "all checksums match")
+	require.Contains(t, out, "all checksums match; the model, tokenizer and generation config load")
+	// verify loads the file as sinf-run does: whole checksums do not pass a
+	// config that disagrees with the tensors, nor a template that does not
+	// compile (files rewritten with the checksums of their new bytes)
+	for name, edit := range map[string]func(m *format.Metadata){
+		"layers.sinf": func(m *format.Metadata) {
+			var cfg map[string]any
+			require.NoError(t, json.Unmarshal(m.Config, &cfg))
+			cfg["num_hidden_layers"] = 3
+			m.Config, _ = json.Marshal(cfg)
+		},
+		"template.sinf": func(m *format.Metadata) {
+			m.TokenizerConfig = json.RawMessage(`{"chat_template":"{% for %}"}`)
+		},
+	} {
+		f, err := format.Open(p("ts.sinf"))
+		require.NoError(t, err)
+		meta := f.Metadata()
+		edit(&meta)
+		w, err := format.Create(p(name), meta, 0)
+		require.NoError(t, err)
+		for _, ti := range f.Tensors() {
+			tt, err := f.Tensor(ti.Name)
+			require.NoError(t, err)
+			require.NoError(t, w.AddTensor(tt.Name, tt.DType, tt.Shape, tt.Data))
+		}
+		require.NoError(t, w.Close())
+		f.Close()
+		_, err = run(t, "verify", p(name))
+		want := map[string]string{"layers.sinf": "model.layers.2", "template.sinf": "chat_template: jinja parse"}[name]
+		require.ErrorContains(t, err, want, name)
+	}
 	out, err = run(t, "run", "--model", p("ts.sinf"), "--prompt", "Once upon a time", "--max-tokens", "4", "--json")
 	require.NoError(t, err)
 	require.Contains(t, out, `"mode":"gatefirst"`)

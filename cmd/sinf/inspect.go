@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/runtime"
+	"github.com/selectinfer/sinf/runtime/chat"
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
@@ -184,25 +186,39 @@ func printAnatomy(out io.Writer, a *Anatomy, tensors bool) {
 
 func verifyCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "verify",
-		Usage:     "check every tensor checksum of a .sinf file; exit non-zero naming the first bad tensor",
+		Name: "verify",
+		Usage: "check every tensor checksum of a .sinf file, then load it as sinf-run does (config against the tensors, tokenizer, " +
+			"generation config, chat template); exit non-zero naming the first bad tensor or field",
 		UsageText: "sinf verify FILE.sinf",
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("give one .sinf file")
 			}
-			if err := runcmd.NotFolder(c.Args().First()); err != nil {
+			path := c.Args().First()
+			if err := runcmd.NotFolder(path); err != nil {
 				return err
 			}
-			f, err := format.Open(c.Args().First())
+			f, err := format.Open(path)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			if err := f.Verify(); err != nil {
+			n := len(f.Tensors())
+			err = f.Verify()
+			f.Close()
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "%s: %d tensors, all checksums match\n", f.Path(), len(f.Tensors()))
+			// What sinf-run checks when it opens the file: the model bound
+			// to its tensors, the tokenizer, generation_config.
+			l, err := runcmd.OpenSinf(path, false)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if _, err := chat.FromTokenizerConfig(path+": metadata field tokenizer_config", l.Meta.TokenizerConfig); err != nil && !errors.Is(err, chat.ErrNoTemplate) {
+				return fmt.Errorf("%w (completions would run; chat requests would be refused)", err)
+			}
+			fmt.Fprintf(c.App.Writer, "%s: %d tensors, all checksums match; the model, tokenizer and generation config load\n", f.Path(), n)
 			return nil
 		},
 	}
