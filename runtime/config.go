@@ -179,7 +179,7 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		c.RMSNormEps = 1e-6
 	}
 	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
-		return Config{}, fmt.Errorf("%s: field rms_norm_eps %g must be in (0, 1)", name, c.RMSNormEps)
+		return Config{}, fmt.Errorf("%s: field rms_norm_eps %g must be in (0, 1) (absent or 0: 1e-6)", name, c.RMSNormEps)
 	}
 	if c.HiddenAct == "" {
 		c.HiddenAct = "silu"

@@ -89,7 +89,7 @@ func (p SamplingParams) Check(name func(field string) string) error {
 	case !(p.MinP >= 0 && p.MinP <= 1):
 		return fmt.Errorf("%s %g: want a fraction in [0, 1] (0: no cut)", name("min_p"), p.MinP)
 	case !(p.RepeatPenalty >= 0) || math.IsInf(p.RepeatPenalty, 0):
-		return fmt.Errorf("%s %g: want a finite number > 0 (1: off; above 1 penalizes repeats)", name("repeat_penalty"), p.RepeatPenalty)
+		return fmt.Errorf("%s %g: want a finite number ≥ 0 (0 or 1: off; above 1 penalizes repeats)", name("repeat_penalty"), p.RepeatPenalty)
 	case !(p.PresencePenalty >= -2 && p.PresencePenalty <= 2):
 		return fmt.Errorf("%s %g: want a number in [−2, 2] (0: off)", name("presence_penalty"), p.PresencePenalty)
 	case !(p.FrequencyPenalty >= -2 && p.FrequencyPenalty <= 2):

@@ -172,9 +172,11 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("GET /metrics", s.auth(s.metrics))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		status, msg := http.StatusNotFound, fmt.Sprintf("no route %s %s (see GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health)", r.Method, r.URL.Path)
+		status, msg := http.StatusNotFound, fmt.Sprintf("no route %s %s (see GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health)", r.Method, r.URL.EscapedPath())
 		for _, p := range []string{"/health", "/v1/models", "/v1/completions", "/v1/chat/completions", "/metrics"} {
-			if r.URL.Path == p && (p != "/metrics" || s.cfg.Metrics) {
+			// EscapedPath: a route spelled with %2F is no route (ServeMux
+			// matches the escaped path), not the route with another method
+			if r.URL.EscapedPath() == p && (p != "/metrics" || s.cfg.Metrics) {
 				status, msg = http.StatusMethodNotAllowed, fmt.Sprintf("%s does not take %s", p, r.Method)
 			}
 		}

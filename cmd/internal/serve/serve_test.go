@@ -525,6 +525,10 @@ func TestBadRequests(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 404, resp.StatusCode)
+	// an escaped slash is another path, not the route under another method
+	code, _, b = post(t, ts.URL+"/v1%2fcompletions", `{"prompt":"x"}`)
+	require.Equal(t, 404, code, "%s", b)
+	require.Contains(t, string(b), "no route POST /v1%2fcompletions")
 
 	// A model without a template: chat requests are a 400 saying so.
 	np, _, _ := newServer(t, setup{file: plain})
