@@ -72,7 +72,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	}
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	x86RowStart(g)
+	x86RowStart(g, "pf+64(FP)")
 	g.i("MOVQ xq+24(FP), SI")
 	g.i("MOVQ xd+32(FP), R15")
 	g.i("MOVQ nb+40(FP), CX")
@@ -449,7 +449,7 @@ func qdotRowsQ6KAVX2(g *gen) {
 	g.i("VMOVDQU kqMask20<>(SB), Y11") // bytes 32
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	x86RowStart(g)
+	x86RowStart(g, "pf+64(FP)")
 	g.i("MOVQ xq+24(FP), SI")
 	g.i("MOVQ nb+40(FP), CX")
 	g.i("XORQ AX, AX")

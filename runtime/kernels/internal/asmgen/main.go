@@ -586,7 +586,7 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.i("ANDQ $-%d, DX", 4*x.vw)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	x86RowStart(g)
+	x86RowStart(g, "pf+56(FP)")
 	x.dotRow(g, d, true)
 	g.i("VMOVSS X0, (DI)")
 	g.i("ADDQ $4, DI")
@@ -600,8 +600,12 @@ func (x x86) dotRows(g *gen, d dtype) {
 // x86RowStart emits the label row: and sets R8 to the row to read and R11
 // to the address to prefetch from, for the row kernels. In: R8 the next
 // contiguous row (or w), R9 stride, R10 pf, R12 idx (0: contiguous), BX rows
-// left. When idx is set, R10 is turned into the base w on entry. Uses R13.
-func x86RowStart(g *gen) {
+// left; pf names the kernel's pf argument ("pf+64(FP)"). Contiguous rows
+// prefetch pf bytes ahead; gathered ones the row pf indices ahead (the last
+// row when fewer are left), at the current row's offset, so that each row
+// read prefetches a whole row that many rows before it is read. When idx is
+// set, R10 is turned into the base w on entry. Uses R13.
+func x86RowStart(g *gen, pf string) {
 	g.i("TESTQ R12, R12")
 	g.i("JEQ row")
 	g.i("MOVQ R8, R10") // gathered: R10 is the base
@@ -611,10 +615,11 @@ func x86RowStart(g *gen) {
 	g.i("MOVLQSX (R12), R13")
 	g.i("IMULQ R9, R13")
 	g.i("LEAQ (R10)(R13*1), R8")
-	g.i("MOVQ R8, R11")
-	g.i("CMPQ BX, $1")
-	g.i("JEQ ready")
-	g.i("MOVLQSX 4(R12), R13")
+	g.i("MOVQ %s, R13", pf)
+	g.i("LEAQ -1(BX), R11")
+	g.i("CMPQ R13, R11")
+	g.i("CMOVQGT R11, R13") // min(pf, rows left − 1)
+	g.i("MOVLQSX (R12)(R13*4), R13")
 	g.i("IMULQ R9, R13")
 	g.i("LEAQ (R10)(R13*1), R11")
 	g.i("JMP ready")
@@ -734,7 +739,7 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.i("JEQ done")
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	x86RowStart(g)
+	x86RowStart(g, "pf+56(FP)")
 	g.i("VMOVSS (SI), X15")
 	g.i("ADDQ $4, SI")
 	g.i("VUCOMISS X14, X15")
@@ -1485,7 +1490,8 @@ func neonDotRows(g *gen, d dtype) {
 // neonRowStart emits the label row: and sets R9 to the row to read and R10
 // to the address to prefetch from, for the row kernels. In: R0 the next
 // contiguous row (or w), R1 stride, R8 pf, R11 idx (0: contiguous), R6 rows
-// left. Uses R12 (the base w, saved on entry) and R13.
+// left. Contiguous rows prefetch pf bytes ahead, gathered ones the row pf
+// indices ahead (x86RowStart). Uses R12 (the base w, saved on entry) and R13.
 func neonRowStart(g *gen) {
 	g.i("MOVD R0, R12")
 	g.p("row:")
@@ -1493,10 +1499,10 @@ func neonRowStart(g *gen) {
 	g.i("MOVW (R11), R13")
 	g.i("MUL R1, R13, R13")
 	g.i("ADD R12, R13, R9")
-	g.i("MOVD R9, R10")
-	g.i("CMP $1, R6")
-	g.i("BEQ ready")
-	g.i("MOVW 4(R11), R13")
+	g.i("SUB $1, R6, R13")
+	g.i("CMP R8, R13")
+	g.i("CSEL LT, R13, R8, R13") // min(pf, rows left − 1)
+	g.i("MOVW (R11)(R13<<2), R13")
 	g.i("MUL R1, R13, R13")
 	g.i("ADD R12, R13, R10")
 	g.i("B ready")

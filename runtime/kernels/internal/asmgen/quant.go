@@ -148,7 +148,7 @@ func (x x86) qdotRows(g *gen, q qtype, vnni string) {
 	}
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	x86RowStart(g)
+	x86RowStart(g, "pf+64(FP)")
 	g.i("MOVQ xq+24(FP), SI")
 	g.i("MOVQ xd+32(FP), DX")
 	g.i("MOVQ CX, R13")
