@@ -62,5 +62,8 @@ type backend interface {
 	gateCalib(A, S, a, u Ptr, T, kept int)
 	gateWeights(w, A, S, up, down Ptr, n int)
 	gateScore(keys, g, w Ptr, n int)
+	// sketchWeights: w[j] = |(s[j]·x)·down[j]|, s an SK2 sketch [n, cols]
+	// (runtime.SketchWeights over kernels.SketchMatVec).
+	sketchWeights(w Ptr, s weight, x, down Ptr, n int)
 	gatherSiluMul(h, g, rows, u Ptr, n int)
 }

@@ -368,6 +368,10 @@ func (d *device) gateScore(keys, g, w Ptr, n int) {
 	d.check("gate_score", C.sinf_gate_score(d.ctx, dp(keys), dp(g), dp(w), C.int(n)))
 }
 
+func (d *device) sketchWeights(w Ptr, s weight, x, down Ptr, n int) {
+	d.check("sketch_weights", C.sinf_sketch_weights(d.ctx, dp(w), cmat(s), dp(x), dp(down), C.int(n)))
+}
+
 func (d *device) gatherSiluMul(h, g, rows, u Ptr, n int) {
 	d.check("gather_silu_mul", C.sinf_gather_silu_mul(d.ctx, dp(h), dp(g), dp(rows), dp(u), C.int(n)))
 }

@@ -253,6 +253,28 @@ func TestKernelMatVec(t *testing.T) {
 	}
 }
 
+// TestKernelSketchWeights: GateFirst's row weights from an SK2 up_proj
+// sketch, |(s·x)·down|, against the CPU's kernels.SketchMatVec and
+// runtime.SketchWeights (x quantized alike; integer block sums, float32
+// across blocks in another order: 1e-5).
+func TestKernelSketchWeights(t *testing.T) {
+	p := newPair(t)
+	rng := rand.New(rand.NewPCG(3, 9))
+	for _, shape := range [][2]int{{300, 256}, {129, 96}, {129, 64}, {1434, 2048}} {
+		R, C := shape[0], shape[1]
+		s := p.weights(rng, format.SK2, R, C)
+		x, down := p.f32(randVec(rng, C, 1)), p.f32(randVec(rng, R, 1))
+		w := p.zeros(R)
+		p.gpu.sketchWeights(w.g, s.g, x.g, down.g, R)
+		p.ref.sketchWeights(w.r, s.r, x.r, down.r, R)
+		p.close("sketch_weights", w, R, 1e-5)
+		gw, rw := p.get(w, R)
+		for j := range rw {
+			require.GreaterOrEqual(t, gw[j], float32(0), "row %d", j)
+		}
+	}
+}
+
 func TestKernelGateUp(t *testing.T) {
 	p := newPair(t)
 	rng := rand.New(rand.NewPCG(4, 1))

@@ -72,21 +72,26 @@ func sliced(ck *hf.Checkpoint, layers int, dtype format.DType, out string, r ...
 // storage is a conversion's weight dtype: with mix, llama-quantize's _M mix
 // of that K-quant (Q4_K_M, Q5_K_M).
 type storage struct {
-	dtype format.DType
-	mix   bool
+	dtype  format.DType
+	mix    bool
+	sketch bool // convert --predictor sketch: up_proj sketches, GateFirst's predictor
 }
 
 func (st storage) String() string {
+	s := st.dtype.String()
 	if st.mix {
-		return st.dtype.String() + "_M"
+		s += "_M"
 	}
-	return st.dtype.String()
+	if st.sketch {
+		s += "-sketch"
+	}
+	return s
 }
 
 // slicedAs is sliced stored as st.
 func slicedAs(ck *hf.Checkpoint, layers int, st storage, out string, r ...convert.Reconstruct) (*runtime.Model, error) {
 	opt := convert.Options{Gamma: 0.7, Delta: 0.3, FirstLayer: 0, LastLayer: layers,
-		ExplicitRange: true, Random: true, Seed: 7, DType: st.dtype, Mix: st.mix}
+		ExplicitRange: true, Random: true, Seed: 7, DType: st.dtype, Mix: st.mix, Sketch: st.sketch}
 	if len(r) > 0 {
 		opt.Reconstruct = r[0]
 	}
@@ -150,6 +155,19 @@ func buildModels(root string) ([]modelCase, error) {
 				}
 				cases = append(cases, modelCase{fmt.Sprintf("%s/sliced-%v", name, dt), sm, allModes})
 			}
+			// GateFirst ranks rows by the up_proj sketch (sinf_sketch_weights)
+			st := storage{dtype: format.F16, sketch: true}
+			if name == "stories260k" {
+				st.dtype = format.Q8_0
+			}
+			sm, err := slicedAs(ck, m.Config.Layers, st, filepath.Join(dir, name+"-"+st.String()+".sinf"))
+			if err != nil {
+				return nil, fmt.Errorf("%s %v: %w", name, st, err)
+			}
+			if sm.Layers[0].MLP.UpSketch.Rows == 0 {
+				return nil, fmt.Errorf("%s %v: no sketch loaded", name, st)
+			}
+			cases = append(cases, modelCase{name + "/sliced-" + st.String(), sm, allModes})
 		}
 	}
 	for _, sh := range []struct {
@@ -161,7 +179,7 @@ func buildModels(root string) ([]modelCase, error) {
 	}{{"test-tiny", format.F16, nil}, {"test-tiny-qwen2", format.BF16, nil},
 		// Q4_K_M and Q5_K_M hold Q4_K, Q5_K and Q6_K matrices; Q5_0 and Q5_1
 		// are the kernel tests' alone (the emulator under ASan has 10 minutes).
-		{"test-kquant", format.F16, []storage{{format.Q4_K, true}, {format.Q5_K, true}}}} {
+		{"test-kquant", format.F16, []storage{{dtype: format.Q4_K, mix: true}, {dtype: format.Q5_K, mix: true}}}} {
 		ck, m, err := synthetic(sh.shape, sh.dtype, filepath.Join(root, "tokenizers", "llama3"), filepath.Join(dir, sh.shape))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.shape, err)

@@ -278,6 +278,13 @@ func (r *refBackend) gateScore(keys, g, w Ptr, n int) {
 	}
 }
 
+func (r *refBackend) sketchWeights(w Ptr, s weight, x, down Ptr, n int) {
+	ws := r.f32(w, n)
+	sk := kernels.Sketch{Rows: s.rows, Cols: s.cols, Data: r.bytes(s.p)[:s.rows*s.cols/32*10]}
+	kernels.SketchMatVec(r.pool, ws, sk, r.f32(x, s.cols))
+	runtime.SketchWeights(ws, r.f32(down, n))
+}
+
 func (r *refBackend) gatherSiluMul(h, g, rows, u Ptr, n int) {
 	rs, hs := r.i32(rows, n), r.f32(h, n)
 	for j, row := range rs {

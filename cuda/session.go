@@ -95,6 +95,10 @@ type devLayer struct {
 	q, k, v, o            weight
 	qb, kb, vb, ob        Ptr
 	gate, up, down, downT weight
+	// sketch is a sliced layer's SK2 up_proj sketch (runtime.MLP.UpSketch,
+	// spec §6.2) as an [kept, hidden] matrix; p is 0 when the file stores
+	// none. GateFirst then ranks rows by it (sketchWeights).
+	sketch weight
 	// bias is a reconstructed layer's output bias (runtime.MLP.DownBias) as
 	// an F32 [1, hidden] matrix, added as one more row of weight 1 (ones);
 	// p is 0 when the file stores none.
@@ -266,6 +270,9 @@ func (s *Session) placeWeights(mapped bool) error {
 		add(&l.MLP.Up, &d.up)
 		add(&l.MLP.Down, &d.down)
 		add(&l.MLP.DownT, &d.downT)
+		if sk := l.MLP.UpSketch; sk.Rows > 0 {
+			add(&kernels.Mat{DType: format.SK2, Rows: sk.Rows, Cols: sk.Cols, Data: sk.Data}, &d.sketch)
+		}
 	}
 	index := map[*byte]int{}
 	var blobs [][]byte
@@ -516,11 +523,18 @@ func (s *Session) ffnRows(i, T int, count bool, alpha float64) {
 	H := c.Hidden
 	be.rmsnorm(s.xb, s.x, d.mlpNorm, T, H, c.RMSNormEps)
 	if k := s.perToken[i]; k > 0 && T == 1 {
-		// GateFirst (runtime.Session.ffnPerToken): the gate of every stored
-		// row, the k best by |silu(g)|·‖up‖·‖down‖ (keys in counts[i]), then
-		// their up rows and transposed down_proj rows.
+		// GateFirst (runtime.Session.ffnPerToken, pickRows): the gate of
+		// every stored row, the k best by |silu(g)|·w (keys in counts[i]),
+		// w the prefill's row weights or, on a layer with an up_proj
+		// sketch, |(sketch·x)·‖down‖| per token (in s.up until the up rows
+		// overwrite it), then their up rows and transposed down_proj rows.
 		be.matvec(s.gate, d.gate, 0, d.kept, s.xb, 0, false)
-		be.gateScore(s.counts[i], s.gate, d.gateW, d.kept)
+		w := d.gateW
+		if d.sketch.p != 0 {
+			be.sketchWeights(s.up, d.sketch, s.xb, d.downNorm, d.kept)
+			w = s.up
+		}
+		be.gateScore(s.counts[i], s.gate, w, d.kept)
 		be.selectTop(s.active[i], s.counts[i], d.kept, 0, k)
 		be.matvec(s.up, d.up, s.active[i], k, s.xb, 0, false)
 		be.gatherSiluMul(s.h, s.gate, s.active[i], s.up, k)
@@ -706,9 +720,6 @@ func (d gpuDecoder) Prefill(prompt []int, sp runtime.Sparsity) ([]int, error) {
 	s := d.s
 	if sp.Mode == runtime.Oracle {
 		return nil, errors.New("cuda: mode oracle is a bound measured on the CPU (sinf eval), not a decode mode of the GPU backend")
-	}
-	if sp.Mode == runtime.GateFirst && runtime.ModelSketchShare(s.m) > 0 {
-		return nil, errors.New("cuda: this file's sliced layers store up_proj sketches (GateFirst's predictor, spec §6.2), which the GPU backend does not read yet: run it on the CPU, give another --mode, or convert without --predictor sketch")
 	}
 	count := sp.Mode != runtime.Dense && !sp.Mode.PerToken()
 	if count {

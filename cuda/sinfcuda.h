@@ -43,7 +43,8 @@ enum {
 	SINF_Q5_K = 9,
 	SINF_Q6_K = 10,
 	SINF_Q5_0 = 11,
-	SINF_Q5_1 = 12
+	SINF_Q5_1 = 12,
+	SINF_SK2 = 13 /* only for sinf_sketch_weights */
 };
 
 /* A weight matrix [rows, cols] of dtype at device address data. */
@@ -148,6 +149,13 @@ int sinf_select_top(sinf_ctx *ctx, sinf_dptr rows, sinf_dptr counts, int kept, i
  * non-negative floats order as their bits, so sinf_select_top (static 0)
  * then picks the rows with the largest keys. */
 int sinf_gate_score(sinf_ctx *ctx, sinf_dptr keys, sinf_dptr g, sinf_dptr w, int n);
+/* GateFirst's row weights on a layer with an up_proj sketch
+ * (runtime.SketchWeights): w[j] = |(s[j]·x)·down[j]| for j < n, s an SK2
+ * matrix [n, cols] (spec §5.2; cols a multiple of 32), its products over x
+ * quantized to int8 blocks as sinf_matvec's (Σ (2q − 3)·q_x in integers per
+ * block, times d_w·d_x); x float [cols], w and down float [n]. SINF_EINVAL
+ * for another dtype or a partial block. */
+int sinf_sketch_weights(sinf_ctx *ctx, sinf_dptr w, sinf_mat s, sinf_dptr x, sinf_dptr down, int n);
 /* GateFirst's prefill calibration (runtime.GateCalib.Add): for j < kept and
  * t < T in token order, where u[t, j] != 0: A[j] += |a[t, j]| and S[j] +=
  * |a[t, j]|/|u[t, j]| in double; a, u [T, kept] float, A, S double [kept]. */

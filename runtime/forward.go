@@ -449,33 +449,32 @@ func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 }
 
 // pickRows returns GateFirst's k rows of layer i for one token, in
-// ascending order, from g = gate_proj·x over every stored row: by the
-// layer's up_proj sketch when it has one (SketchScores), else by
-// |silu(g_j)|·w_j (topSiLU, w = GateWeights). The scores use the b.score and
-// b.sel scratch, the sketch's estimates b.up.
+// ascending order, from g = gate_proj·x over every stored row: the largest
+// |silu(g_j)|·w_j (topSiLU), w the layer's GateWeights, or on a layer with an
+// up_proj sketch w_j = |û_j·‖down_j‖|, û = sketch·x (kernels.SketchMatVec)
+// and ‖down_j‖ the row's Norms.Down, which ranks by |silu(g_j)·û_j|·‖down_j‖
+// (the CUDA backend computes the same w, then the same key). The scores use
+// the b.score and b.sel scratch, the sketch's weights b.up.
 func (s *Session) pickRows(i int, f *MLP, g, xb []float32, k int) []int32 {
 	b := &s.buf
 	kept := len(g)
 	if f.UpSketch.Rows == 0 {
 		return topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
 	}
-	uhat := b.up[:kept]
-	kernels.SketchMatVec(s.pool, uhat, f.UpSketch, xb)
-	SketchScores(s.pool, b.score[:kept], g, uhat, s.m.RowNorms(i).Down)
-	return topScore(b.rows[:0], b.score[:kept], b.sel[:kept], k)
+	w := b.up[:kept]
+	kernels.SketchMatVec(s.pool, w, f.UpSketch, xb)
+	SketchWeights(w, s.m.RowNorms(i).Down)
+	return topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, w, k)
 }
 
-// SketchScores sets score[j] = |silu(g[j])·uhat[j]|·down[j] for j < len(g):
-// GateFirst's ranking key on a file with up_proj sketches (spec §6.2), uhat
-// the sketch's estimate of up_proj·x (kernels.SketchMatVec) and down the
-// rows' ‖down_proj column‖ (Norms.Down); float32 [n] each, silu·uhat by the
-// SwiGLU kernel on p's threads.
-func SketchScores(p *kernels.Pool, score, g, uhat, down []float32) {
-	score = score[:len(g)]
-	copy(score, g)
-	kernels.SwiGLU(p, score, uhat[:len(g)])
-	for j, v := range score {
-		score[j] = max(v, -v) * down[j]
+// SketchWeights sets w[j] = |w[j]·down[j]| for j < len(w): GateFirst's row
+// weights on a layer with an up_proj sketch (spec §6.2), w the sketch's
+// estimate of up_proj·x and down the rows' ‖down_proj column‖ (Norms.Down);
+// float32 [n] each.
+func SketchWeights(w, down []float32) {
+	for j, d := range down[:len(w)] {
+		v := w[j] * d
+		w[j] = max(v, -v)
 	}
 }
 

@@ -386,18 +386,53 @@ template <typename T> bool vec_ok(sinf_mat w, sinf_dptr x) {
 		return aligned16(w.data) && ((size_t)w.cols * sizeof(T)) % 16 == 0 && (x == 0 || aligned16(x));
 }
 
+// sketch_block returns Σ_j (2q_j − 3)·q_x[j] over one SK2 block at b (an F16
+// scale, then 8 bytes: element j's 2-bit q at bits 2·(j/8) of byte j%8), the
+// x block's int8 values as 8 words: word i (elements 4i … 4i+3) takes bytes
+// 4·(i%2) … of the codes shifted by 2·(i/2).
+__device__ __forceinline__ int sketch_block(const uint8_t *b, const int *__restrict__ xq) {
+	const int lo = ld32(b + 2), hi = ld32(b + 6);
+	int s = 0, sx = 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		const int x = __ldg(xq + i);
+		s = __dp4a(((i & 1 ? hi : lo) >> (2 * (i >> 1))) & 0x03030303, x, s);
+		sx += sum1(x);
+	}
+	return 2 * s - 3 * sx;
+}
+
+// sketch_weights_kernel: one warp per row j of the sketch (nb blocks of 10
+// bytes), a lane per block: w[j] = |(Σ_b d_w·d_x·sketch_block)·down[j]|.
+__global__ void sketch_weights_kernel(float *__restrict__ w, const uint8_t *__restrict__ s, int nb, QuantX x,
+                                      const float *__restrict__ down, int n) {
+	const int j = blockIdx.x * kMatvecWarps + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (j >= n) return;
+	const uint8_t *row = s + (size_t)j * nb * 10;
+	float acc = 0.f;
+	for (int b = lane; b < nb; b += 32) {
+		const uint8_t *blk = row + (size_t)b * 10;
+		const uint16_t d = (uint16_t)(blk[0] | (blk[1] << 8));
+		acc += block_scale(d) * __ldg(x.d + b) * (float)sketch_block(blk, x.q + 8 * b);
+	}
+	acc = warp_sum(acc);
+	if (lane == 0) w[j] = fabsf(acc * down[j]);
+}
+
 // quantize_x quantizes x (w.cols floats) into the context's scratch for a
-// product over w's block rows (the K-quants' with one scale per 256);
-// SINF_EINVAL when a row of w is not whole blocks.
+// product over w's block rows (the K-quants' with one scale per 256; SK2
+// sketches' as the 32-element dtypes'); SINF_EINVAL when a row of w is not
+// whole blocks.
 int quantize_x(sinf_ctx *c, sinf_mat w, sinf_dptr x, QuantX *out) {
-	if (!rows_ok(w.dtype, w.cols)) return SINF_EINVAL;
+	if (w.dtype == SINF_SK2 ? w.cols <= 0 || w.cols % 32 != 0 : !rows_ok(w.dtype, w.cols)) return SINF_EINVAL;
 	const int nb = w.cols / 32;
 	void *buf = nullptr;
 	cudaError_t e = sinf_scratch(c, (size_t)nb * (32 + 2 * sizeof(float)), &buf);
 	if (e != cudaSuccess) return sinf_rc(e);
 	int8_t *q = static_cast<int8_t *>(buf);
 	float *d = reinterpret_cast<float *>(q + (size_t)nb * 32);
-	if (block_elems(w.dtype) == 256) {
+	if (w.dtype != SINF_SK2 && block_elems(w.dtype) == 256) {
 		const int ns = nb / 8;
 		SINF_LAUNCH((ns + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, quantize_xk_kernel)(
 		    q, d, d + nb, (const float *)dp(x), ns);
@@ -510,5 +545,16 @@ extern "C" int sinf_add_rows(sinf_ctx *c, sinf_dptr dst, sinf_mat w, sinf_dptr r
 		SINF_LAUNCH((cols + 255) / 256, 256, 0, c->stream, add_rows_reduce)((float *)dp(dst), (const float *)part, splits, cols,
 		                                                           accumulate);
 	});
+	return sinf_launch_rc();
+}
+
+extern "C" int sinf_sketch_weights(sinf_ctx *c, sinf_dptr w, sinf_mat s, sinf_dptr x, sinf_dptr down, int n) {
+	cudaSetDevice(c->device);
+	if (n <= 0) return 0;
+	if (s.dtype != SINF_SK2) return SINF_EINVAL;
+	QuantX xq;
+	if (int rc = quantize_x(c, s, x, &xq)) return rc;
+	SINF_LAUNCH((n + kMatvecWarps - 1) / kMatvecWarps, 32 * kMatvecWarps, 0, c->stream, sketch_weights_kernel)(
+	    (float *)dp(w), (const uint8_t *)dp(s.data), s.cols / 32, xq, (const float *)dp(down), n);
 	return sinf_launch_rc();
 }
