@@ -399,18 +399,7 @@ func neonSketchBlock(g *gen, base string, acc int, dotprod bool) {
 	g.i(ushl2D(0, 0, 25))
 	g.i("VAND V28.B16, V1.B16, V1.B16")
 	g.i("VAND V28.B16, V0.B16, V0.B16")
-	if dotprod {
-		g.i("VEOR V6.B16, V6.B16, V6.B16")
-		g.i(sdot(6, 1, 2))
-		g.i(sdot(6, 0, 3))
-	} else {
-		g.i(smull(6, 1, 2))
-		g.i(smlal2(6, 1, 2))
-		g.i(smull(7, 0, 3))
-		g.i(smlal2(7, 0, 3))
-		g.i(saddlp(6, 6))
-		g.i(sadalp(6, 7))
-	}
+	neonIntDot32(g, 1, 2, 0, 3, dotprod)
 	g.i(scvtfV(6, 6))
 	g.i(fmulV(6, 6, 4))
 	g.i("VFMLS V27.S4, V24.S4, V6.S4")

@@ -633,18 +633,7 @@ func neonQDotRows(g *gen, q qtype, dotprod bool) {
 	neonQScale(g, 21)
 	neonQWeights(g, q, c5)
 	g.i("VLD1.P 64(R4), [V2.B16, V3.B16, V4.B16, V5.B16]")
-	if dotprod {
-		g.i("VEOR V6.B16, V6.B16, V6.B16")
-		g.i(sdot(6, 0, 2))
-		g.i(sdot(6, 1, 3))
-	} else {
-		g.i(smull(6, 0, 2))
-		g.i(smlal2(6, 0, 2))
-		g.i(smull(7, 1, 3))
-		g.i(smlal2(7, 1, 3))
-		g.i(saddlp(6, 6))
-		g.i(sadalp(6, 7))
-	}
+	neonIntDot32(g, 0, 2, 1, 3, dotprod)
 	g.i(scvtfV(6, 6))
 	g.i("VFMLA V20.S4, V6.S4, V16.S4")
 	if q.min { // + m_w·(8·d_x·Σq), an eighth of it below
@@ -675,6 +664,25 @@ func neonQDotRows(g *gen, q qtype, dotprod bool) {
 	g.p("done:")
 	g.i("RET")
 	g.p("")
+}
+
+// neonIntDot32 sets V6.4S to lane sums of the products of the signed bytes
+// of V<w0> with V<x0> and V<w1> with V<x1> (32 pairs): two SDOT into a
+// zeroed V6 with dotprod, else SMULL, SMLAL2 (int16 pairs), SADDLP, SADALP
+// (V7 clobbered).
+func neonIntDot32(g *gen, w0, x0, w1, x1 int, dotprod bool) {
+	if dotprod {
+		g.i("VEOR V6.B16, V6.B16, V6.B16")
+		g.i(sdot(6, w0, x0))
+		g.i(sdot(6, w1, x1))
+		return
+	}
+	g.i(smull(6, w0, x0))
+	g.i(smlal2(6, w0, x0))
+	g.i(smull(7, w1, x1))
+	g.i(smlal2(7, w1, x1))
+	g.i(saddlp(6, 6))
+	g.i(sadalp(6, 7))
 }
 
 // neonQAxpyRows is qaxpyRows for NEON.
