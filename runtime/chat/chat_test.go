@@ -103,7 +103,9 @@ func TestTemplateFeatures(t *testing.T) {
 	require.NoError(t, err)
 	_, err = big.Render(json.RawMessage(`[]`), false, nil, chat.Options{MaxBytes: 5000})
 	require.EqualError(t, err, "chat template: the rendered prompt is 10000 bytes, more than the limit 5000")
-	slow, err := chat.New("t", "{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}", nil)
+	// About 0.1 s natively (the second Render below must still find it
+	// running), seconds under qemu-aarch64 (CI's arm64 job).
+	slow, err := chat.New("t", "{% for i in range(800) %}{% for j in range(800) %}{% endfor %}{% endfor %}", nil)
 	require.NoError(t, err)
 	_, err = slow.Render(json.RawMessage(`[]`), false, nil, chat.Options{Timeout: time.Millisecond})
 	require.EqualError(t, err, "chat template: rendering took longer than 1ms")
@@ -112,10 +114,11 @@ func TestTemplateFeatures(t *testing.T) {
 	// it ends, renders go on.
 	_, err = slow.Render(json.RawMessage(`[]`), false, nil, chat.Options{})
 	require.EqualError(t, err, "chat template: an earlier rendering is still running past the 2s limit, so no other starts until it ends")
+	// (A minute each: under qemu a render of slow itself takes seconds.)
 	require.Eventually(t, func() bool {
-		_, err := slow.Render(json.RawMessage(`[]`), false, nil, chat.Options{})
+		_, err := slow.Render(json.RawMessage(`[]`), false, nil, chat.Options{Timeout: time.Minute})
 		return err == nil
-	}, 30*time.Second, 10*time.Millisecond)
+	}, 3*time.Minute, 10*time.Millisecond)
 	// range() makes at most chat.MaxRange elements (range(10**8) held
 	// gigabytes before its first iteration); Python's forms otherwise.
 	ranges, err := chat.New("t", "{{ range(3) | list }}{{ range(2, 5) | list }}{{ range(5, 0, -2) | list }}{{ range(0, 7, 3) | list }}{{ range(4, 2) | list }}", nil)
