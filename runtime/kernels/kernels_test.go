@@ -603,13 +603,30 @@ func TestNoAllocs(t *testing.T) {
 					if raceOn {
 						runs = 5
 					}
-					if allocs := testing.AllocsPerRun(runs, f); allocs != 0 {
+					if allocs := steadyAllocs(runs, f); allocs != 0 {
 						t.Errorf("%s %v: %v allocations per call", name, dt, allocs)
 					}
 				}
 			}
 		})
 	})
+}
+
+// steadyAllocs is testing.AllocsPerRun's count, the least of three tries.
+// The count is the process's: the Go runtime's own objects land in it too,
+// above all a new OS thread's (several objects: the pool's workers are locked
+// to threads, and under -race with more threads than CPUs the scheduler
+// starts one now and then; TestNoAllocs/pool3 failed once so in make test).
+// An allocation in the kernel call itself shows in every try.
+func steadyAllocs(runs int, f func()) float64 {
+	least := testing.AllocsPerRun(runs, f)
+	for range 2 {
+		if least == 0 {
+			break
+		}
+		least = min(least, testing.AllocsPerRun(runs, f))
+	}
+	return least
 }
 
 // TestPoolLateWake delays the worker that finishes a call's last chunk,
