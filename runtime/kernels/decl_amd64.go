@@ -293,6 +293,12 @@ func cvtPanelsBF16AVX512(dst *float32, pstride int, src unsafe.Pointer, n int, p
 func gemmTF32AVX512(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
 
 //go:noescape
+func qaxpy4Q8_0AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qaxpy4Q4_0AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
 func readSumAVX2(p unsafe.Pointer, n int) uint64
 
 //go:noescape

@@ -27,6 +27,15 @@ func qaxpy4Q5_KAVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer,
 func qaxpy4Q6_KAVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 
 //go:noescape
+func qaxpy4Q4_KAVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qaxpy4Q5_KAVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qaxpy4Q6_KAVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
 func kaccumQ4_KAVX2(dst *float32, q *[4]unsafe.Pointer, sc, off *[32]float32, a *[4]float32, rows int)
 
 //go:noescape

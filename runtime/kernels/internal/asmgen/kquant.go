@@ -21,9 +21,11 @@ func kquantAMD64(g *gen) {
 	qdotRowsK4AVX2(g, false)
 	qdotRowsK4AVX2(g, true)
 	qdotRowsQ6KAVX2(g)
-	qaxpy4Q4KAVX2(g, false)
-	qaxpy4Q4KAVX2(g, true)
-	qaxpy4Q6KAVX2(g)
+	for _, x := range []x86{{name: "AVX2", vw: 8, r: "Y"}, {name: "AVX512", vw: 16, r: "Z"}} {
+		qaxpy4Q4KAVX2(g, x, false)
+		qaxpy4Q4KAVX2(g, x, true)
+		qaxpy4Q6KAVX2(g, x)
+	}
 	kaccumK4AVX2(g, false)
 	kaccumK4AVX2(g, true)
 	kaccumQ6KAVX2(g)
@@ -230,21 +232,22 @@ func kaxpy4Tail(g *gen, bb int) {
 // With five, the Q5_K form (176-byte blocks: qh[32] after the scales, then
 // the nibbles): bits 2g and 2g+1 of qh[l] go to bit 4 of the group's low and
 // high weight l (dwords 1 in Y14, Y12 a temporary).
-func qaxpy4Q4KAVX2(g *gen, five bool) {
-	name, bb, qs := "qaxpy4Q4_KAVX2", 144, 16
+func qaxpy4Q4KAVX2(g *gen, x x86, five bool) {
+	name, bb, qs := "qaxpy4Q4_K"+x.name, 144, 16
 	if five {
-		name, bb, qs = "qaxpy4Q5_KAVX2", 176, 48
+		name, bb, qs = "qaxpy4Q5_K"+x.name, 176, 48
 	}
+	v, n := x.v, 32/x.vw // registers of a sub-block's 32 floats
 	rows, pre := kaxpy4Head(g, name, 160)
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("MOVL $0x0f0f0f0f, R15")
 	g.i("VMOVD R15, X13")
-	g.i("VPBROADCASTD X13, Y13") // bytes 0x0F
+	g.i("VPBROADCASTD X13, %s", v(13)) // bytes 0x0F
 	g.i("VMOVDQU kqMask3f<>(SB), X15")
 	if five {
 		g.i("MOVL $1, R15")
 		g.i("VMOVD R15, X14")
-		g.i("VPBROADCASTD X14, Y14") // dwords 1
+		g.i("VPBROADCASTD X14, %s", v(14)) // dwords 1
 	}
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
@@ -276,41 +279,41 @@ func qaxpy4Q4KAVX2(g *gen, five bool) {
 	}
 	g.i("VMOVUPS Y12, 128(SP)")
 	for gr := 0; gr < 4; gr++ {
-		for k := 0; k < 8; k++ {
-			g.i("VMOVUPS %d(DI), Y%d", 256*gr+32*k, k)
+		for k := 0; k < 2*n; k++ {
+			g.i("VMOVUPS %d(DI), %s", 256*gr+4*x.vw*k, v(k))
 		}
 		for r, base := range rows {
-			g.i("VBROADCASTSS %d(SP), Y8", 32*r+4*(2*gr))
-			g.i("VBROADCASTSS %d(SP), Y9", 32*r+4*(2*gr+1))
-			for k := 0; k < 4; k++ {
-				g.i("VPMOVZXBD %d(%s)(AX*1), Y10", qs+32*gr+8*k, base)
-				g.i("VPSRLD $4, Y10, Y11") // high nibbles: sub-block 2g+1
-				g.i("VPAND Y13, Y10, Y10") // low nibbles: sub-block 2g
+			g.i("VBROADCASTSS %d(SP), %s", 32*r+4*(2*gr), v(8))
+			g.i("VBROADCASTSS %d(SP), %s", 32*r+4*(2*gr+1), v(9))
+			for k := 0; k < n; k++ {
+				g.i("VPMOVZXBD %d(%s)(AX*1), %s", qs+32*gr+x.vw*k, base, v(10))
+				g.i("VPSRLD $4, %s, %s", v(10), v(11))             // high nibbles: sub-block 2g+1
+				g.i("%s %s, %s, %s", x.and(), v(13), v(10), v(10)) // low nibbles: sub-block 2g
 				if five {
 					for h, y := range []int{10, 11} {
-						g.i("VPMOVZXBD %d(%s)(AX*1), Y12", 16+8*k, base)
+						g.i("VPMOVZXBD %d(%s)(AX*1), %s", 16+x.vw*k, base, v(12))
 						if sh := 2*gr + h; sh > 0 {
-							g.i("VPSRLD $%d, Y12, Y12", sh)
+							g.i("VPSRLD $%d, %s, %s", sh, v(12), v(12))
 						}
-						g.i("VPAND Y14, Y12, Y12")
-						g.i("VPSLLD $4, Y12, Y12")
-						g.i("VPOR Y12, Y%d, Y%d", y, y)
+						g.i("%s %s, %s, %s", x.and(), v(14), v(12), v(12))
+						g.i("VPSLLD $4, %s, %s", v(12), v(12))
+						g.i("%s %s, %s, %s", x.or(), v(12), v(y), v(y))
 					}
 				}
-				g.i("VCVTDQ2PS Y10, Y10")
-				g.i("VCVTDQ2PS Y11, Y11")
-				g.i("VFMADD231PS Y8, Y10, Y%d", k)
-				g.i("VFMADD231PS Y9, Y11, Y%d", 4+k)
+				g.i("VCVTDQ2PS %s, %s", v(10), v(10))
+				g.i("VCVTDQ2PS %s, %s", v(11), v(11))
+				g.i("VFMADD231PS %s, %s, %s", v(8), v(10), v(k))
+				g.i("VFMADD231PS %s, %s, %s", v(9), v(11), v(n+k))
 			}
 		}
-		g.i("VBROADCASTSS %d(SP), Y8", 128+4*(2*gr))
-		g.i("VBROADCASTSS %d(SP), Y9", 128+4*(2*gr+1))
-		for k := 0; k < 4; k++ {
-			g.i("VSUBPS Y8, Y%d, Y%d", k, k)
-			g.i("VSUBPS Y9, Y%d, Y%d", 4+k, 4+k)
+		g.i("VBROADCASTSS %d(SP), %s", 128+4*(2*gr), v(8))
+		g.i("VBROADCASTSS %d(SP), %s", 128+4*(2*gr+1), v(9))
+		for k := 0; k < n; k++ {
+			g.i("VSUBPS %s, %s, %s", v(8), v(k), v(k))
+			g.i("VSUBPS %s, %s, %s", v(9), v(n+k), v(n+k))
 		}
-		for k := 0; k < 8; k++ {
-			g.i("VMOVUPS Y%d, %d(DI)", k, 256*gr+32*k)
+		for k := 0; k < 2*n; k++ {
+			g.i("VMOVUPS %s, %d(DI)", v(k), 256*gr+4*x.vw*k)
 		}
 	}
 	kaxpy4Tail(g, bb)
@@ -324,16 +327,17 @@ func qaxpy4Q4KAVX2(g *gen, five bool) {
 // weights of the four quarters k at column 128h + 32k + l (GGML's order:
 // nibble k/2 of ql[64h + 32(k&1) + l], bits 2k, 2k+1 of qh[32h + l] above it),
 // each with the scale 8h + 2k + l/16.
-func qaxpy4Q6KAVX2(g *gen) {
-	name := "qaxpy4Q6_KAVX2"
+func qaxpy4Q6KAVX2(g *gen, x x86) {
+	name := "qaxpy4Q6_K" + x.name
+	v := x.v
 	rows, pre := kaxpy4Head(g, name, 320)
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("MOVL $0x0f, R15")
 	g.i("VMOVD R15, X13")
-	g.i("VPBROADCASTD X13, Y13") // dwords 0x0F
+	g.i("VPBROADCASTD X13, %s", v(13)) // dwords 0x0F
 	g.i("MOVL $0x30, R15")
 	g.i("VMOVD R15, X14")
-	g.i("VPBROADCASTD X14, Y14") // dwords 0x30
+	g.i("VPBROADCASTD X14, %s", v(14)) // dwords 0x30
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
@@ -372,48 +376,48 @@ func qaxpy4Q6KAVX2(g *gen) {
 	g.i("VMOVUPS Y11, 256(SP)")
 	g.i("VMOVUPS Y12, 288(SP)")
 	for h := 0; h < 2; h++ {
-		for l0 := 0; l0 < 32; l0 += 8 {
+		for l0 := 0; l0 < 32; l0 += x.vw { // 16 columns share a scale
 			col := func(k int) int { return 4 * (128*h + 32*k + l0) }
 			sc := func(k int) int { return 8*h + 2*k + l0/16 }
 			for k := 0; k < 4; k++ {
-				g.i("VMOVUPS %d(DI), Y%d", col(k), k)
+				g.i("VMOVUPS %d(DI), %s", col(k), v(k))
 			}
 			for r, base := range rows {
 				for k := 0; k < 4; k++ {
-					g.i("VBROADCASTSS %d(SP), Y%d", 64*r+4*sc(k), 4+k)
+					g.i("VBROADCASTSS %d(SP), %s", 64*r+4*sc(k), v(4+k))
 				}
-				g.i("VPMOVZXBD %d(%s)(AX*1), Y8", 64*h+l0, base)
-				g.i("VPMOVZXBD %d(%s)(AX*1), Y9", 64*h+32+l0, base)
-				g.i("VPMOVZXBD %d(%s)(AX*1), Y10", 128+32*h+l0, base)
+				g.i("VPMOVZXBD %d(%s)(AX*1), %s", 64*h+l0, base, v(8))
+				g.i("VPMOVZXBD %d(%s)(AX*1), %s", 64*h+32+l0, base, v(9))
+				g.i("VPMOVZXBD %d(%s)(AX*1), %s", 128+32*h+l0, base, v(10))
 				for k := 0; k < 4; k++ {
-					src := 8 + k&1
+					src := v(8 + k&1)
 					if k < 2 {
-						g.i("VPAND Y13, Y%d, Y11", src)
+						g.i("%s %s, %s, %s", x.and(), v(13), src, v(11))
 					} else {
-						g.i("VPSRLD $4, Y%d, Y11", src)
+						g.i("VPSRLD $4, %s, %s", src, v(11))
 					}
 					switch k { // bits 2k, 2k+1 of qh to bits 4, 5
 					case 0:
-						g.i("VPSLLD $4, Y10, Y12")
+						g.i("VPSLLD $4, %s, %s", v(10), v(12))
 					case 1:
-						g.i("VPSLLD $2, Y10, Y12")
+						g.i("VPSLLD $2, %s, %s", v(10), v(12))
 					case 3:
-						g.i("VPSRLD $2, Y10, Y12")
+						g.i("VPSRLD $2, %s, %s", v(10), v(12))
 					}
 					if k == 2 {
-						g.i("VPAND Y14, Y10, Y12")
+						g.i("%s %s, %s, %s", x.and(), v(14), v(10), v(12))
 					} else {
-						g.i("VPAND Y14, Y12, Y12")
+						g.i("%s %s, %s, %s", x.and(), v(14), v(12), v(12))
 					}
-					g.i("VPOR Y12, Y11, Y11")
-					g.i("VCVTDQ2PS Y11, Y11")
-					g.i("VFMADD231PS Y%d, Y11, Y%d", 4+k, k)
+					g.i("%s %s, %s, %s", x.or(), v(12), v(11), v(11))
+					g.i("VCVTDQ2PS %s, %s", v(11), v(11))
+					g.i("VFMADD231PS %s, %s, %s", v(4+k), v(11), v(k))
 				}
 			}
 			for k := 0; k < 4; k++ {
-				g.i("VBROADCASTSS %d(SP), Y%d", 256+4*sc(k), 4+k)
-				g.i("VSUBPS Y%d, Y%d, Y%d", 4+k, k, k)
-				g.i("VMOVUPS Y%d, %d(DI)", k, col(k))
+				g.i("VBROADCASTSS %d(SP), %s", 256+4*sc(k), v(4+k))
+				g.i("VSUBPS %s, %s, %s", v(4+k), v(k), v(k))
+				g.i("VMOVUPS %s, %d(DI)", v(k), col(k))
 			}
 		}
 	}

@@ -84,6 +84,23 @@ type x86 struct {
 
 func (x x86) v(i int) string { return fmt.Sprintf("%s%d", x.r, i) }
 
+// and is the bitwise AND of the vector width (AVX-512 has only the
+// element-sized forms).
+func (x x86) and() string {
+	if x.r == "Z" {
+		return "VPANDD"
+	}
+	return "VPAND"
+}
+
+// or is the bitwise OR of the vector width.
+func (x x86) or() string {
+	if x.r == "Z" {
+		return "VPORD"
+	}
+	return "VPOR"
+}
+
 // zero clears vector register i (VXORPS on ZMM would need AVX512DQ).
 func (x x86) zero(g *gen, i int) {
 	if x.r == "Z" {
@@ -173,6 +190,10 @@ func amd64(g *gen) {
 				qgemm8x4(g, v, 8)
 			}
 			qgemm8x4(g, "AVX512VNNI", 16)
+		} else {
+			for _, q := range qtypes {
+				x.qaxpy4(g, q)
+			}
 		}
 	}
 	readSumAVX2(g)

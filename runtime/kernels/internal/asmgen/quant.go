@@ -833,15 +833,20 @@ func neonQCvt(g *gen, q qtype) {
 // the masks and shift counts from memory, as all sixteen registers are in
 // use); Q5_0 subtracts 16·Σ_r s_r, Q5_1 adds Σ_r a_r·m_r.
 func (x x86) qaxpy4(g *gen, q qtype) {
+	if x.r == "Z" && q.qh > 0 {
+		panic("qaxpy4: the Q5 forms are AVX2 only (their masks and shift tables are 32 bytes)")
+	}
+	v := x.v
+	n := 32 / x.vw // registers of a block's 32 weights (and of dst's 32 floats)
 	rows, pre := x.axpy4Head(g, "qaxpy4"+q.name+x.name, "nb", 8)
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("MOVL $0x0f, R15") // dword nibble mask
 	g.i("VMOVD R15, X13")
-	g.i("VPBROADCASTD X13, Y13")
+	g.i("VPBROADCASTD X13, %s", v(13))
 	if q.qh == 0 {
 		g.i("MOVL $0xc1000000, R15") // −8.0
 		g.i("VMOVD R15, X5")
-		g.i("VBROADCASTSS X5, Y5")
+		g.i("VBROADCASTSS X5, %s", v(5))
 	}
 	g.i("XORQ AX, AX")
 	g.i("TESTQ CX, CX")
@@ -852,40 +857,46 @@ func (x x86) qaxpy4(g *gen, q qtype) {
 			g.i("PREFETCHT0 %d(%s)(AX*1)", off, p)
 		}
 	}
-	for k := 0; k < 4; k++ {
-		g.i("VMOVUPS %d(DI), Y%d", 32*k, k)
+	for k := 0; k < n; k++ {
+		g.i("VMOVUPS %d(DI), %s", 4*x.vw*k, v(k))
 	}
-	wr := []int{6, 7, 14, 15} // the block's weights, elements 0–7, 8–15, 16–23, 24–31
+	// the block's weights: elements 0–7, 8–15, 16–23, 24–31 (AVX2) or
+	// 0–15, 16–31 (AVX-512)
+	wr := []int{6, 7, 14, 15}[:n]
 	for r, base := range rows {
 		mem := func(off int) string { return fmt.Sprintf("%d(%s)(AX*1)", off, base) }
 		g.i("MOVWLZX %s, R15", mem(0))
-		g.i("VBROADCASTSS (R14)(R15*4), Y4")
-		g.i("VMULPS Y%d, Y4, Y4", 8+r)
+		g.i("VBROADCASTSS (R14)(R15*4), %s", v(4))
+		g.i("VMULPS %s, %s, %s", v(8+r), v(4), v(4))
 		if q.name == "Q8_0" {
-			for k, v := range wr {
-				g.i("VPMOVSXBD %s, Y%d", mem(2+8*k), v)
+			for k, w := range wr {
+				g.i("VPMOVSXBD %s, %s", mem(2+x.vw*k), v(w))
 			}
 		} else {
-			// Bytes 0–7 and 8–15 widened to dwords: the low nibble is
+			// The first 16 bytes widened to dwords: the low nibble is
 			// element j, the high one (a shift, no mask) element 16+j. The
 			// offset 8 is subtracted once per block below, as −8·Σ_r s_r.
-			nib := "Y13"
+			nib := v(13)
 			if q.qh > 0 {
 				nib = "q5Nib<>(SB)"
 			}
-			g.i("VPMOVZXBD %s, Y6", mem(q.qs))
-			g.i("VPMOVZXBD %s, Y7", mem(q.qs+8))
-			g.i("VPSRLD $4, Y6, Y14")
-			g.i("VPSRLD $4, Y7, Y15")
-			g.i("VPAND %s, Y6, Y6", nib)
-			g.i("VPAND %s, Y7, Y7", nib)
+			lo, hi := wr[:n/2], wr[n/2:]
+			for k, w := range lo {
+				g.i("VPMOVZXBD %s, %s", mem(q.qs+x.vw*k), v(w))
+			}
+			for k, w := range lo {
+				g.i("VPSRLD $4, %s, %s", v(w), v(hi[k]))
+			}
+			for _, w := range lo {
+				g.i("%s %s, %s, %s", x.and(), nib, v(w), v(w))
+			}
 			if q.qh > 0 {
 				g.i("VPBROADCASTD %s, Y5", mem(q.qh))
-				for k, v := range wr {
+				for k, w := range wr {
 					g.i("VPSRLVD q5Shifts<>+%d(SB), Y5, Y13", 32*k)
 					g.i("VPAND q5One<>(SB), Y13, Y13")
 					g.i("VPSLLD $4, Y13, Y13")
-					g.i("VPOR Y13, Y%d, Y%d", v, v)
+					g.i("VPOR Y13, Y%d, Y%d", w, w)
 				}
 			}
 			c := 4 // what the block adds to every element: s_r (Q4_0, Q5_0) or a_r·m_r
@@ -896,19 +907,19 @@ func (x x86) qaxpy4(g *gen, q qtype) {
 				c = 13
 			}
 			if r == 0 {
-				g.i("VMOVAPS Y%d, Y12", c)
+				g.i("VMOVAPS %s, %s", v(c), v(12))
 			} else {
-				g.i("VADDPS Y%d, Y12, Y12", c)
+				g.i("VADDPS %s, %s, %s", v(c), v(12), v(12))
 			}
 		}
-		for k, v := range wr {
-			g.i("VCVTDQ2PS Y%d, Y%d", v, v)
-			g.i("VFMADD231PS Y4, Y%d, Y%d", v, k)
+		for k, w := range wr {
+			g.i("VCVTDQ2PS %s, %s", v(w), v(w))
+			g.i("VFMADD231PS %s, %s, %s", v(4), v(w), v(k))
 		}
 	}
 	switch q.name {
 	case "Q4_0":
-		g.i("VMULPS Y5, Y12, Y12") // −8·Σ_r s_r
+		g.i("VMULPS %s, %s, %s", v(5), v(12), v(12)) // −8·Σ_r s_r
 	case "Q5_0":
 		g.i("MOVL $0xc1800000, R15") // −16.0
 		g.i("VMOVD R15, X13")
@@ -916,12 +927,12 @@ func (x x86) qaxpy4(g *gen, q qtype) {
 		g.i("VMULPS Y13, Y12, Y12") // −16·Σ_r s_r
 	}
 	if q.name != "Q8_0" {
-		for k := 0; k < 4; k++ {
-			g.i("VADDPS Y12, Y%d, Y%d", k, k)
+		for k := 0; k < n; k++ {
+			g.i("VADDPS %s, %s, %s", v(12), v(k), v(k))
 		}
 	}
-	for k := 0; k < 4; k++ {
-		g.i("VMOVUPS Y%d, %d(DI)", k, 32*k)
+	for k := 0; k < n; k++ {
+		g.i("VMOVUPS %s, %d(DI)", v(k), 4*x.vw*k)
 	}
 	g.i("ADDQ $%d, AX", q.bb)
 	g.i("ADDQ $128, DI")
