@@ -17,6 +17,7 @@ import (
 	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/internal/sinftest"
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
@@ -78,19 +79,7 @@ func TestPipeline(t *testing.T) {
 			m.TokenizerConfig = json.RawMessage(`{"chat_template":"{% for %}"}`)
 		},
 	} {
-		f, err := format.Open(p("ts.sinf"))
-		require.NoError(t, err)
-		meta := f.Metadata()
-		edit(&meta)
-		w, err := format.Create(p(name), meta, 0)
-		require.NoError(t, err)
-		for _, ti := range f.Tensors() {
-			tt, err := f.Tensor(ti.Name)
-			require.NoError(t, err)
-			require.NoError(t, w.AddTensor(tt.Name, tt.DType, tt.Shape, tt.Data))
-		}
-		require.NoError(t, w.Close())
-		f.Close()
+		sinftest.RewriteMetadata(t, p("ts.sinf"), p(name), edit)
 		_, err = run(t, "verify", p(name))
 		want := map[string]string{"layers.sinf": "model.layers.2", "template.sinf": "chat_template: jinja parse"}[name]
 		require.ErrorContains(t, err, want, name)

@@ -19,6 +19,7 @@ import (
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
+	"github.com/selectinfer/sinf/internal/sinftest"
 	"github.com/selectinfer/sinf/runtime"
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
@@ -254,34 +255,15 @@ func TestRunContext(t *testing.T) {
 // an out-of-memory crash.
 func TestRunRefusesHugeMaxPositions(t *testing.T) {
 	file := slimFile(t)
-	f, err := format.Open(file)
-	require.NoError(t, err)
-	meta := f.Metadata()
-	f.Close()
-	var cfg map[string]any
-	require.NoError(t, json.Unmarshal(meta.Config, &cfg))
-	cfg["max_position_embeddings"] = 2147483647
-	meta.Config, _ = json.Marshal(cfg)
 	out := filepath.Join(t.TempDir(), "huge.sinf")
-	rewriteMeta(t, file, out, meta)
-	_, _, err = run("--model", out, "--prompt", "Once upon a time", "--max-tokens", "4", "--threads", "1")
+	sinftest.RewriteMetadata(t, file, out, func(m *format.Metadata) {
+		var cfg map[string]any
+		require.NoError(t, json.Unmarshal(m.Config, &cfg))
+		cfg["max_position_embeddings"] = 2147483647
+		m.Config, _ = json.Marshal(cfg)
+	})
+	_, _, err := run("--model", out, "--prompt", "Once upon a time", "--max-tokens", "4", "--threads", "1")
 	require.EqualError(t, err, out+": metadata field config: field max_position_embeddings 2147483647 is above this runtime's limit of 16777216")
-}
-
-// rewriteMeta writes src's tensors to out under the metadata meta.
-func rewriteMeta(t *testing.T, src, out string, meta format.Metadata) {
-	t.Helper()
-	f, err := format.Open(src)
-	require.NoError(t, err)
-	defer f.Close()
-	w, err := format.Create(out, meta, 0)
-	require.NoError(t, err)
-	for _, ti := range f.Tensors() {
-		tt, err := f.Tensor(ti.Name)
-		require.NoError(t, err)
-		require.NoError(t, w.AddTensor(tt.Name, tt.DType, tt.Shape, tt.Data))
-	}
-	require.NoError(t, w.Close())
 }
 
 // TestTruncatedWhileMapped (issue 16 item 3): a .sinf file truncated while
