@@ -241,3 +241,54 @@ func gauss(A, B [][]float64) [][]float64 {
 	}
 	return B
 }
+
+// TestReconstructGenerate: with Reconstruct.Generate the calibration takes
+// each prompt followed by the tokens the unsliced model samples after it
+// (temperature 1, seed convert.ReconstructSeed): the reconstructed tensors
+// equal, bit for bit, those of a conversion calibrated on the prompts
+// extended beforehand by runtime's own sampling of the HF model; the file
+// records the count, and the calibration tokens include them.
+func TestReconstructGenerate(t *testing.T) {
+	ck, hm := openHF(t, "tinystories-656k")
+	var prompts [][]int
+	for p := 0; p < 4; p++ {
+		ids := []int{1}
+		for i := 0; i < 20+3*p; i++ {
+			ids = append(ids, (97*p+31*i+7)%hm.Config.Vocab)
+		}
+		prompts = append(prompts, ids)
+	}
+	const gen = 16
+	opt := func(p [][]int, g int) convert.Options {
+		return allLayers(ck, convert.Options{Gamma: 0.7, Delta: 0.3, Random: true, Seed: 3,
+			Reconstruct: convert.Reconstruct{Method: recon.Both, Prompts: p, Tasks: []string{"synthetic"}, Generate: g}})
+	}
+	f, _, _ := convertFile(t, ck, opt(prompts, gen))
+	rec := f.Metadata().Selection.Reconstruction
+	require.Equal(t, gen, rec.Generated)
+
+	s := hm.NewSession(pool(t), 0)
+	smp := runtime.NewSampler(1, 0, 1, convert.ReconstructSeed)
+	var extended [][]int
+	var tokens int64
+	for _, p := range prompts {
+		s.Reset()
+		res, err := s.Generate(p, runtime.GenerateOptions{MaxTokens: gen, Sampler: smp})
+		require.NoError(t, err)
+		require.Len(t, res.IDs, gen)
+		extended = append(extended, append(append([]int(nil), p...), res.IDs...))
+		tokens += int64(len(p) + gen)
+	}
+	require.Equal(t, tokens, rec.Tokens)
+	want, _, _ := convertFile(t, ck, opt(extended, 0))
+	require.Zero(t, want.Metadata().Selection.Reconstruction.Generated)
+	for l := 0; l < hm.Config.Layers; l++ {
+		for _, name := range []string{format.DownTName(l), format.DownBiasName(l)} {
+			a, err := f.Tensor(name)
+			require.NoError(t, err)
+			b, err := want.Tensor(name)
+			require.NoError(t, err)
+			require.Equal(t, b.Data, a.Data, name)
+		}
+	}
+}

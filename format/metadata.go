@@ -82,6 +82,9 @@ type Reconstruction struct {
 	// split) and the tokens its statistics were taken over.
 	Tasks  []string `json:"tasks,omitempty"`
 	Tokens int64    `json:"tokens"`
+	// Generated: the tokens the unsliced model sampled after each
+	// calibration prompt, which the statistics include (0: none).
+	Generated int `json:"generated,omitempty"`
 	// Ridge[k] is the c of layer FirstLayer+k's ridge, λ = c·trace(C)/kept
 	// (C the kept activations' covariance); empty without Refit.
 	Ridge []float64 `json:"ridge,omitempty"`

@@ -61,7 +61,7 @@ func TestPipeline(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "kept 269 (70.1% of N), base 115")
 	require.Contains(t, out, "reconstruction     refitted down_proj rows and output bias, calibrated on") // the default, both
-	require.Contains(t, out, "of [tinystories] (profile split)")
+	require.Contains(t, out, "of [tinystories] (profile split, each prompt continued by 64 tokens the model sampled)")
 	out, err = run(t, "verify", p("ts.sinf"))
 	require.NoError(t, err)
 	require.Contains(t, out, "all checksums match; the model, tokenizer and generation config load")

@@ -46,6 +46,7 @@ func convertCommand() *cli.Command {
 			&cli.StringFlag{Name: "reconstruct", DefaultText: "both (none with --random)", Usage: "make the kept neurons stand in for the dropped ones, from a calibration pass over --reconstruct-data: " +
 				"bias (the dropped neurons' mean output as an FFN output bias), refit (ridge least-squares refit of the kept down_proj columns), both (the refit with an intercept), none"},
 			&cli.StringFlag{Name: "reconstruct-data", Value: "tinystories", Usage: "comma-separated built-in datasets whose profile split calibrates --reconstruct"},
+			&cli.IntFlag{Name: "reconstruct-generate", Value: convert.DefaultReconstructGenerate, Usage: "tokens the unsliced model samples after each calibration prompt (temperature 1, fixed seed), calibrated on too: the model's own text (0: the prompts only)"},
 			&cli.IntFlag{Name: "reconstruct-limit", Usage: "calibration prompts per dataset (0: the whole profile split)"},
 			&cli.StringFlag{Name: "predictor", Value: "none", Usage: "sketch: also store a 2-bit sketch of each sliced layer's up_proj rows (SK2, 10 bytes per 32 weights), " +
 				"by which gatefirst ranks the rows per token as |silu(gate)·(sketch·x)|·‖down_proj column‖ instead of the prompt's estimate; none: no sketch"},
@@ -129,6 +130,7 @@ func convertCommand() *cli.Command {
 					opt.Reconstruct.Tasks = append(opt.Reconstruct.Tasks, t)
 				}
 			}
+			opt.Reconstruct.Generate = c.Int("reconstruct-generate")
 			opt.Reconstruct.Load = func() ([][]int, error) {
 				tok, err := tokenizer.Load(c.String("model"))
 				if err != nil {
@@ -196,8 +198,10 @@ func checkConvertFlags(c *cli.Context) error {
 		return errors.New("--weight-aware weighs the scores and --random reads none: drop one")
 	case c.IsSet("seed") && !c.Bool("random"):
 		return errors.New("--seed seeds --random's choice (the scores choose the neurons otherwise): add --random or drop --seed")
-	case (c.IsSet("reconstruct-data") || c.IsSet("reconstruct-limit")) && (c.String("reconstruct") == "none" || c.Bool("random") && !c.IsSet("reconstruct")):
-		return errors.New("--reconstruct-data and --reconstruct-limit calibrate --reconstruct: add --reconstruct bias|refit|both or drop them")
+	case (c.IsSet("reconstruct-data") || c.IsSet("reconstruct-limit") || c.IsSet("reconstruct-generate")) && (c.String("reconstruct") == "none" || c.Bool("random") && !c.IsSet("reconstruct")):
+		return errors.New("--reconstruct-data, --reconstruct-limit and --reconstruct-generate calibrate --reconstruct: add --reconstruct bias|refit|both or drop them")
+	case c.Int("reconstruct-generate") < 0 || c.Int("reconstruct-generate") > maxReconstructGenerate:
+		return fmt.Errorf("--reconstruct-generate %d: want 0 to %d tokens per calibration prompt", c.Int("reconstruct-generate"), maxReconstructGenerate)
 	case c.IsSet("memory-budget") && c.IsSet("gamma"):
 		return errors.New("--memory-budget chooses gamma: give --gamma or --memory-budget, not both")
 	case c.IsSet("context") && !c.IsSet("memory-budget"):
@@ -207,3 +211,7 @@ func checkConvertFlags(c *cli.Context) error {
 	}
 	return nil
 }
+
+// maxReconstructGenerate bounds --reconstruct-generate: each token is a
+// decode step of the unsliced model per calibration prompt.
+const maxReconstructGenerate = 4096

@@ -138,7 +138,11 @@ func printAnatomy(out io.Writer, a *Anatomy, tensors bool) {
 		if r := s.Reconstruction; r != nil {
 			what := map[[2]bool]string{{true, false}: "output bias (the dropped neurons' mean output)", {false, true}: "refitted down_proj rows",
 				{true, true}: "refitted down_proj rows and output bias", {false, false}: "none"}[[2]bool{r.Bias, r.Refit}]
-			fmt.Fprintf(w, "reconstruction\t%s, calibrated on %d tokens of %v (profile split)\n", what, r.Tokens, r.Tasks)
+			gen := ""
+			if r.Generated > 0 {
+				gen = fmt.Sprintf(", each prompt continued by %d tokens the model sampled", r.Generated)
+			}
+			fmt.Fprintf(w, "reconstruction\t%s, calibrated on %d tokens of %v (profile split%s)\n", what, r.Tokens, r.Tasks, gen)
 		}
 		if s.Predictor == "up_sketch" {
 			fmt.Fprintf(w, "predictor\tup_proj sketches (SK2, 2 bits + an F16 scale per 32 weights): gatefirst ranks rows by |silu(gate)·(sketch·x)|·‖down‖\n")

@@ -59,6 +59,7 @@ func studyCommand() *cli.Command {
 			&cli.StringFlag{Name: "reconstruct", Value: "both", Usage: "reconstruction of the GateFirst/Oracle reconstructed rows and the reconstructed γ-Dense curve: bias, refit or both (the table has a γ-Dense row of each)"},
 			&cli.StringFlag{Name: "reconstruct-data", Value: "tinystories", Usage: "comma-separated built-in datasets whose profile split calibrates the reconstruction"},
 			&cli.IntFlag{Name: "reconstruct-limit", Value: 400, Usage: "calibration prompts per dataset (0: the whole profile split)"},
+			&cli.IntFlag{Name: "reconstruct-generate", Value: convert.DefaultReconstructGenerate, Usage: "tokens the unsliced model samples after each calibration prompt, calibrated on too (0: the prompts only)"},
 			&cli.BoolFlag{Name: "no-reconstruct", Usage: "leave out the reconstructed rows and curve"},
 			&cli.BoolFlag{Name: "in-process", Usage: "run the evaluations in this process (peak RSS then includes the study's own)"},
 			strictFlag(),
@@ -114,6 +115,13 @@ func studyCommand() *cli.Command {
 			opt.ReconstructLimit = c.Int("reconstruct-limit")
 			if opt.ReconstructLimit == 0 {
 				opt.ReconstructLimit = -1 // StudyOptions: < 0 is all
+			}
+			opt.ReconstructGenerate = c.Int("reconstruct-generate")
+			if g := opt.ReconstructGenerate; g < 0 || g > maxReconstructGenerate {
+				return fmt.Errorf("--reconstruct-generate %d: want 0 to %d tokens per calibration prompt", g, maxReconstructGenerate)
+			}
+			if opt.ReconstructGenerate == 0 {
+				opt.ReconstructGenerate = -1 // StudyOptions: < 0 is none
 			}
 			opt.NoReconstruct = c.Bool("no-reconstruct")
 			if !c.Bool("in-process") {

@@ -94,11 +94,14 @@ type StudyOptions struct {
 	// table also has a γ-Dense row for each of bias, refit and both.
 	// ReconstructData (default tinystories) and ReconstructLimit (default
 	// 400 prompts per dataset; < 0: all) are the calibration text (the
-	// profile split). NoReconstruct leaves these rows out.
-	Reconstruct      recon.Method
-	ReconstructData  []string
-	ReconstructLimit int
-	NoReconstruct    bool
+	// profile split), each prompt continued by ReconstructGenerate tokens
+	// the model samples (default convert.DefaultReconstructGenerate; < 0:
+	// none). NoReconstruct leaves these rows out.
+	Reconstruct         recon.Method
+	ReconstructData     []string
+	ReconstructLimit    int
+	ReconstructGenerate int
+	NoReconstruct       bool
 	Runner           Runner // nil: InProcess
 	Log              io.Writer
 }
@@ -317,6 +320,9 @@ func newStudy(opt StudyOptions) (*study, error) {
 	}
 	if opt.ReconstructLimit == 0 {
 		opt.ReconstructLimit = 400
+	}
+	if opt.ReconstructGenerate == 0 {
+		opt.ReconstructGenerate = convert.DefaultReconstructGenerate
 	}
 	var dts []convert.Recipe // without repeats: each dtype's rows once
 	for _, d := range opt.DTypes {
@@ -796,7 +802,8 @@ func (s *study) ensure(fs fileSpec) error {
 		if err != nil {
 			return err
 		}
-		opt.Reconstruct = convert.Reconstruct{Method: fs.recon, Prompts: prompts, Tasks: s.opt.ReconstructData, Threads: s.opt.Threads}
+		opt.Reconstruct = convert.Reconstruct{Method: fs.recon, Prompts: prompts, Tasks: s.opt.ReconstructData, Threads: s.opt.Threads,
+			Generate: max(s.opt.ReconstructGenerate, 0)}
 	}
 	if fs.kind == FileSlim {
 		if err := s.readScores(); err != nil {
@@ -918,7 +925,8 @@ func sameReconstruction(r *format.Reconstruction, m recon.Method, o StudyOptions
 	if r == nil || m == recon.None {
 		return r == nil && m == recon.None
 	}
-	return r.Bias == m.HasBias() && r.Refit == m.HasRefit() && slices.Equal(r.Tasks, o.ReconstructData)
+	return r.Bias == m.HasBias() && r.Refit == m.HasRefit() && slices.Equal(r.Tasks, o.ReconstructData) &&
+		r.Generated == max(o.ReconstructGenerate, 0)
 }
 
 // check returns why the existing file at path cannot be reused ("" if it can).
