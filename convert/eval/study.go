@@ -102,8 +102,8 @@ type StudyOptions struct {
 	ReconstructLimit    int
 	ReconstructGenerate int
 	NoReconstruct       bool
-	Runner           Runner // nil: InProcess
-	Log              io.Writer
+	Runner              Runner // nil: InProcess
+	Log                 io.Writer
 }
 
 // Sweep values (paper Fig. 10, 9).
