@@ -91,12 +91,13 @@ const DefaultReconstructGenerate = 64
 // is reproducible.
 const ReconstructSeed = 1
 
-// continuations returns each prompt followed by up to gen tokens the model
-// of s samples after it (the prompt cut to leave them room in the context).
-func continuations(s *runtime.Session, prompts [][]int, gen int) ([][]int, error) {
+// continuations returns each prompt followed by the tokens the model of s
+// samples after it, and how many: gen, or fewer where the context is shorter
+// (the prompt cut to leave them room).
+func continuations(s *runtime.Session, prompts [][]int, gen int) ([][]int, int, error) {
 	gen = min(gen, s.Context()-1)
 	if gen <= 0 {
-		return prompts, nil
+		return prompts, 0, nil
 	}
 	smp := runtime.NewSampler(1, 0, 1, ReconstructSeed)
 	out := make([][]int, len(prompts))
@@ -108,11 +109,11 @@ func continuations(s *runtime.Session, prompts [][]int, gen int) ([][]int, error
 		s.Reset()
 		res, err := s.Generate(p, runtime.GenerateOptions{MaxTokens: gen, Sampler: smp})
 		if err != nil {
-			return nil, fmt.Errorf("calibration prompt %d: %w", i, err)
+			return nil, 0, fmt.Errorf("calibration prompt %d: %w", i, err)
 		}
 		out[i] = append(slices.Clip(p), res.IDs...)
 	}
-	return out, nil
+	return out, gen, nil
 }
 
 // DefaultOptions returns the paper's defaults: γ 0.7, δ 0.3, layers 5 … −2.
@@ -770,11 +771,11 @@ func Calibrate(ck *hf.Checkpoint, kept map[int][]int32, lo, hi int, r Reconstruc
 	pool := kernels.NewPool(r.Threads)
 	defer pool.Close()
 	s := m.NewSession(pool, 0)
-	prompts, err := continuations(s, r.Prompts, r.Generate)
+	prompts, gen, err := continuations(s, r.Prompts, r.Generate)
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := &format.Reconstruction{Bias: r.Method.HasBias(), Refit: r.Method.HasRefit(), Tasks: r.Tasks, Generated: max(r.Generate, 0)}
+	rec := &format.Reconstruction{Bias: r.Method.HasBias(), Refit: r.Method.HasRefit(), Tasks: r.Tasks, Generated: gen}
 	fits := map[int]*recon.Fit{}
 	for l := lo; l < hi; l++ {
 		f32 := func(name string) ([]float32, error) {
