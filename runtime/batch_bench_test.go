@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/selectinfer/sinf/format"
@@ -62,6 +63,61 @@ func BenchmarkBatchDecode(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
+
+// BenchmarkBatchGenerate times whole greedy generations (a 5-token prompt,
+// 32 new tokens, a fresh session each, as a server's requests) by B
+// goroutines at once through one Batcher on $SINF_BENCH_FILE: tokens/s of
+// all of them together in the "tok/s" metric, the batcher's prefills and
+// step gathering included.
+func BenchmarkBatchGenerate(b *testing.B) {
+	path := os.Getenv("SINF_BENCH_FILE")
+	if path == "" {
+		b.Skip("set SINF_BENCH_FILE to a .sinf file")
+	}
+	f, err := format.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	m, err := LoadFile(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, B := range []int{1, 4} {
+		b.Run(fmt.Sprintf("B=%d", B), func(b *testing.B) {
+			pool := kernels.NewPool(0)
+			bt := NewBatcher(m, pool)
+			defer func() { bt.Close(); pool.Close() }()
+			ss := make([]*Session, B)
+			for i := range ss {
+				ss[i] = bt.NewSession(64)
+			}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			errs := make([]error, B)
+			for i, s := range ss {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range b.N {
+						s.Reset()
+						if _, err := s.Generate([]int{1, 2 + i, 3, 4, 5}, GenerateOptions{MaxTokens: 32}); err != nil {
+							errs[i] = err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(32*B*b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
 }

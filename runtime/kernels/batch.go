@@ -10,14 +10,18 @@ import (
 // single-token kernel's bit for bit — MatVecBatch's row t is MatVec of x[t],
 // AddRowsBatch's is AddRows of a[t] — so that batching never changes a
 // greedy generation. The pool splits a call exactly as it splits the
-// single-token call of the same matrix (the same chunks), and within a chunk
-// every token runs the single-token range code over a block of weights small
-// enough to stay in cache (batchBlockBytes) before the next block is read: the
-// weights come from memory once per step instead of once per token. Only the
-// rows or columns each range call covers differ, and the kernels' arithmetic
-// per row (dot products) and per column (row sums) does not depend on them
-// where the blocks keep to the alignments below; TestBatchEqualsSingle checks
-// it on every kernel set.
+// single-token call of the same matrix (the same chunks). Within a chunk,
+// where the set has multi-token kernels (kernelSet.dotRowsB, qdotRowsB,
+// qaxpy4B: short float rows, Q8_0 and Q4_0 on x86-64) up to four tokens go
+// through each weight together, converted or unpacked once for all of them,
+// each token keeping the single-token kernel's accumulators and order.
+// Otherwise every token runs the single-token range code over a block of
+// weights small enough to stay in cache (batchBlockBytes) before the next
+// block is read: the weights come from memory once per step instead of once
+// per token. Only the rows or columns each range call covers differ, and the
+// kernels' arithmetic per row (dot products) and per column (row sums) does
+// not depend on them where the blocks keep to the alignments below;
+// TestBatchEqualsSingle checks it on every kernel set.
 
 // batchBlockBytes is the weight bytes a chunk runs all its tokens over
 // before going on, and batchMinCols the fewest columns of a row that
@@ -50,7 +54,123 @@ func MatVecBatch(p *Pool, dst []float32, w Mat, x []float32, B int) {
 	}
 	j := job{op: opMatVecBatch, ks: active, w: w, dst: dst, x: x, t: B}
 	p.quantizeX(&j)
+	if q, ok := j.batchQ(); ok {
+		nb := w.Cols / 32
+		s := p.scratch[0]
+		n := qBatchBytes(j.ks, q, nb, B)
+		if len(s.xb) < n {
+			s.xb = make([]byte, n)
+		}
+		j.xb = s.xb[:n]
+		qBatchLayout(j.xb, j.ks, q, j.xq, j.xd, nb, B)
+	}
 	p.run(j, w.Rows)
+}
+
+// batchT returns how many of the left tokens the next multi-token call of
+// a MatVecBatch takes (0: none, the rest go one by one): the most the set's
+// kernels for the dtype take, at most four. kern reports whether the set
+// has a kernel for T tokens.
+func batchT(left int, kern func(T int) bool) int {
+	for T := min(left, 4); T >= 2; T-- {
+		if kern(T) {
+			return T
+		}
+	}
+	return 0
+}
+
+// batchQ reports whether the job's MatVecBatch runs multi-token qdotRowsB
+// kernels, and their q index.
+func (j *job) batchQ() (int, bool) {
+	if !j.w.DType.Quantized() || j.w.Cols == 0 {
+		return 0, false
+	}
+	q := qIndex(j.w.DType)
+	if q > 1 || j.ks.qdotRowsB[0][q] == nil {
+		return 0, false
+	}
+	return q, true
+}
+
+// qBatchRecord is the bytes of one token's x per pair of blocks in
+// qBatchLayout (internal/asmgen/batch.go's): Q8_0 192, Q4_0 128.
+func qBatchRecord(q int) int {
+	if q == 0 {
+		return 192
+	}
+	return 128
+}
+
+// qBatchStride is the bytes of one pair of blocks of a group of T tokens in
+// qBatchLayout: T records, and for Q4_0 the pair's corrections.
+func qBatchStride(q, T int) int {
+	if q == 0 {
+		return T * qBatchRecord(q)
+	}
+	return T*qBatchRecord(q) + 32
+}
+
+// qBatchBytes is the size of qBatchLayout's output for B tokens of nb blocks.
+func qBatchBytes(ks *kernelSet, q, nb, B int) int {
+	n, pairs := 0, (nb+1)/2
+	for t := 0; t < B; {
+		T := batchT(B-t, func(T int) bool { return ks.qdotRowsB[T-2][q] != nil })
+		if T == 0 {
+			break
+		}
+		n += pairs * qBatchStride(q, T)
+		t += T
+	}
+	return n
+}
+
+// qBatchLayout writes the B tokens' x, as quantizeX leaves it (xq, xd; nb
+// blocks each), in the layout ks.qdotRowsB reads: the tokens in groups of
+// batchT, one after the other; in a group of T, pair p of blocks (2p, 2p+1)
+// at p·qBatchStride, token t's record at t·qBatchRecord within it: the 32
+// q_x of each block, then d_x eight times for each (float32), then for Q8_0
+// sixteen int32 −128·Σ of each lane's four q_x (the kernel multiplies w+128);
+// after the T records Q4_0's corrections 8·d_x·Σq_x of both blocks, four
+// float32 each (token t in lane t). A missing last block (nb odd) is zeros.
+func qBatchLayout(dst []byte, ks *kernelSet, q int, xq []int8, xd []float32, nb, B int) {
+	clear(dst)
+	nq, nd := 64*nb, 2*nb
+	R := qBatchRecord(q)
+	off := 0
+	for t0 := 0; t0 < B; {
+		T := batchT(B-t0, func(T int) bool { return ks.qdotRowsB[T-2][q] != nil })
+		if T == 0 {
+			return
+		}
+		S := qBatchStride(q, T)
+		for p := range (nb + 1) / 2 {
+			pair := dst[off+p*S : off+(p+1)*S]
+			for t := range T {
+				rec := pair[t*R : (t+1)*R]
+				xt := xq[(t0+t)*nq : (t0+t+1)*nq]
+				for h := range 2 {
+					b := 2*p + h
+					if b >= nb {
+						break
+					}
+					blk := xt[64*b : 64*b+64]
+					copy(rec[32*h:], unsafe.Slice((*byte)(unsafe.Pointer(&blk[0])), 64)[:32])
+					copy(rec[64+32*h:], unsafe.Slice((*byte)(unsafe.Pointer(&blk[32])), 32))
+					if q == 0 {
+						for l := range 8 {
+							s := int32(blk[4*l]) + int32(blk[4*l+1]) + int32(blk[4*l+2]) + int32(blk[4*l+3])
+							*(*int32)(unsafe.Pointer(&rec[128+32*h+4*l])) = -128 * s
+						}
+					} else {
+						*(*float32)(unsafe.Pointer(&pair[T*R+16*h+4*t])) = xd[(t0+t)*nd+nb+b]
+					}
+				}
+			}
+		}
+		off += (nb + 1) / 2 * S
+		t0 += T
+	}
 }
 
 // AddRowsBatch computes dst[t, c] += Σ_k a[t, k]·W[k, c] for t < B over the
@@ -104,11 +224,12 @@ func (j *job) batchDo(lo, hi int, c int) {
 	R, C := w.Rows, w.Cols
 	switch j.op {
 	case opMatVecBatch: // [lo, hi) are rows, in blocks of a multiple of four from lo (dot4's groups)
+		t0 := j.batchRows(lo, hi)
 		step := max(4, batchBlockBytes/max(w.RowBytes(), 1)/4*4)
 		nq, nd := len(j.xq)/B, len(j.xd)/B
-		for r0 := lo; r0 < hi; r0 += step {
+		for r0 := lo; r0 < hi && t0 < B; r0 += step {
 			r1 := min(r0+step, hi)
-			for t := range B {
+			for t := t0; t < B; t++ {
 				var xq []int8
 				var xd []float32
 				if nq > 0 {
@@ -120,11 +241,10 @@ func (j *job) batchDo(lo, hi int, c int) {
 	case opAddRowsBatch: // [lo, hi) are columns; every term
 		n := len(j.x) / B
 		step := j.colStep(n)
+		multi := j.multiTerms(n, 0, n)
 		for c0 := lo; c0 < hi; c0 += step {
 			c1 := min(c0+step, hi)
-			for t := range B {
-				addRowsCols(j.ks, w, j.dst[t*C+c0:t*C+c1], nil, j.x[t*n:(t+1)*n], 0, n, c0)
-			}
+			j.addRowsColsBatch(func(t int) []float32 { return j.dst[t*C+c0 : t*C+c1] }, n, 0, n, c0, multi)
 		}
 	case opAddRowsPartBatch: // [lo, hi) are terms, token t's sums in parts[t·chunks + c]
 		n := len(j.x) / B
@@ -133,12 +253,109 @@ func (j *job) batchDo(lo, hi int, c int) {
 			clear(j.parts[t*chunks+c][:C])
 		}
 		step := j.colStep(hi - lo)
+		multi := j.multiTerms(n, lo, hi)
 		for c0 := 0; c0 < C; c0 += step {
 			c1 := min(c0+step, C)
-			for t := range B {
-				addRowsCols(j.ks, w, j.parts[t*chunks+c][c0:c1], nil, j.x[t*n:(t+1)*n], lo, hi, c0)
+			j.addRowsColsBatch(func(t int) []float32 { return j.parts[t*chunks+c][c0:c1] }, n, lo, hi, c0, multi)
+		}
+	}
+}
+
+// multiTerms reports whether an AddRowsBatch job sums the terms [lo, hi)
+// of its B tokens (n terms each) with the set's multi-token qaxpy4B: the
+// set has one for the dtype, and no token's coefficient there is zero
+// (AddRows skips zero terms, so its groups of four rows would differ from
+// token to token).
+func (j *job) multiTerms(n, lo, hi int) bool {
+	if !j.w.DType.Quantized() || qIndex(j.w.DType) > 1 || j.ks.qaxpy4B[qIndex(j.w.DType)] == nil || hi-lo < 4 {
+		return false
+	}
+	for t := range j.t {
+		for _, v := range j.x[t*n+lo : t*n+hi] {
+			if v == 0 {
+				return false
 			}
 		}
+	}
+	return true
+}
+
+// addRowsColsBatch is addRowsCols of every token t < B (terms [lo, hi) of
+// its n, columns from c0 into dst(t)), bit for bit: with multi
+// (multiTerms), the whole groups of four terms go through qaxpy4B for up to
+// eight tokens at a time, as qaccumRows' groups of four nonzero terms do for
+// one, and the last one to three terms token by token.
+func (j *job) addRowsColsBatch(dst func(t int) []float32, n, lo, hi, c0 int, multi bool) {
+	w, B, ks := j.w, j.t, j.ks
+	if multi {
+		q, rb := qIndex(w.DType), w.RowBytes()
+		nb := len(dst(0)) / qBlockElems[q]
+		base := unsafe.Add(dataPtr(w), w.colBytes(c0))
+		end := lo + (hi-lo)/4*4
+		for t0 := 0; t0 < B && nb > 0; t0 += 4 {
+			T := min(4, B-t0)
+			var d [4]unsafe.Pointer
+			for t := range T {
+				d[t] = unsafe.Pointer(&dst(t0 + t)[0])
+			}
+			for k := lo; k < end; k += 4 {
+				r := unsafe.Add(base, k*rb)
+				ks.qaxpy4B[q](d[0], d[1], d[2], d[3], T, r, unsafe.Add(r, rb), unsafe.Add(r, 2*rb), unsafe.Add(r, 3*rb), &j.x[t0*n+k], 4*n, nb)
+			}
+		}
+		lo = end
+	}
+	for t := range B {
+		addRowsCols(ks, w, dst(t), nil, j.x[t*n:(t+1)*n], lo, hi, c0)
+	}
+}
+
+// batchRows runs rows [lo, hi) of a MatVecBatch through the set's
+// multi-token kernels for as many of the tokens as they take (from token 0,
+// in batchT's groups) and returns that count; the caller runs the others
+// one by one. The kernels exist for the rows that MatVec reads with dotRows
+// (contiguous rows shorter than seqRowBytes) and qdotRows (Q8_0 and Q4_0),
+// and give those kernels' results bit for bit.
+func (j *job) batchRows(lo, hi int) int {
+	w, B, ks := j.w, j.t, j.ks
+	R, C, rb := w.Rows, w.Cols, w.RowBytes()
+	if hi <= lo || C == 0 {
+		return 0
+	}
+	base := unsafe.Add(dataPtr(w), lo*rb)
+	done := 0
+	if q, ok := j.batchQ(); ok {
+		nb, off := C/32, 0
+		for {
+			T := batchT(B-done, func(T int) bool { return ks.qdotRowsB[T-2][q] != nil })
+			if T == 0 {
+				return done
+			}
+			ks.qdotRowsB[T-2][q](base, rb, &j.xb[off], nb, hi-lo, &j.dst[done*R+lo], 4*R, dotRowsAhead)
+			off += (nb + 1) / 2 * qBatchStride(q, T)
+			done += T
+		}
+	}
+	if w.DType.Quantized() || rb >= seqRowBytes {
+		return 0
+	}
+	d, es := dtIndex(w.DType), w.DType.Size()
+	nb := C &^ (ks.blk - 1)
+	if nb == 0 {
+		return 0
+	}
+	for {
+		T := batchT(B-done, func(T int) bool { return ks.dotRowsB[T-2][d] != nil })
+		if T == 0 {
+			return done
+		}
+		ks.dotRowsB[T-2][d](base, rb, &j.x[done*C], 4*C, nb, hi-lo, &j.dst[done*R+lo], 4*R, dotRowsAhead)
+		for t := done; nb < C && t < done+T; t++ {
+			for r := lo; r < hi; r++ {
+				j.dst[t*R+r] += genericSet.dot1[d](unsafe.Add(dataPtr(w), r*rb+nb*es), &j.x[t*C+nb], C-nb)
+			}
+		}
+		done += T
 	}
 }
 

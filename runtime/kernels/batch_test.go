@@ -17,9 +17,16 @@ func TestBatchEqualsSingle(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
 			for _, dt := range append(weightDTypes, quantDTypes...) {
-				shapes := [][2]int{{701, 200}, {203, 1100}}
+				// Short rows with column tails after the SIMD blocks (dotRows'
+				// two-vector step and the portable tail), long rows (dot4),
+				// and for Q8_0/Q4_0 an odd count of blocks (the multi-token
+				// kernels' last block alone).
+				shapes := [][2]int{{701, 200}, {301, 229}, {57, 243}, {203, 1100}}
 				if dt.Quantized() {
 					shapes = [][2]int{{701, 256}, {203, 1536}}
+					if !dt.KQuant() {
+						shapes = append(shapes, [2]int{97, 800})
+					}
 				}
 				for _, sh := range shapes {
 					R, C := sh[0], sh[1]
@@ -29,7 +36,13 @@ func TestBatchEqualsSingle(t *testing.T) {
 					} else {
 						m = randMat(rng, dt, R, C, 0)
 					}
-					for _, B := range []int{3} { // B = 1 is MatVec and AddRows themselves
+					// B = 1 is MatVec and AddRows themselves; 4 and 6 take
+					// the multi-token kernels' groups of four and two.
+					Bs := []int{3}
+					if ks.dotRowsB[0][0] != nil || ks.qdotRowsB[0][0] != nil {
+						Bs = append(Bs, 4, 6)
+					}
+					for _, B := range Bs {
 						x := randVec(rng, B*C)
 						got := make([]float32, B*R)
 						MatVecBatch(p, got, m.Mat, x, B)
@@ -39,12 +52,15 @@ func TestBatchEqualsSingle(t *testing.T) {
 							equalBits(t, got[tok*R:(tok+1)*R], want, "MatVecBatch %v [%d,%d] B=%d token %d", dt, R, C, B, tok)
 						}
 						// AddRows over n terms: few (a column split) and many
-						// (a term split when the pool has workers), a third
-						// of them zero.
-						for _, n := range []int{20, R} {
+						// (a term split when the pool has workers), with a
+						// third of them zero and with none (the multi-token
+						// qaxpy4B's case).
+						for _, n := range []int{20, R, -22, -R} {
+							zeros := n > 0
+							n = max(n, -n)
 							a := randVec(rng, B*n)
 							for i := range a {
-								if rng.IntN(3) == 0 {
+								if zeros && rng.IntN(3) == 0 {
 									a[i] = 0
 								}
 							}

@@ -46,6 +46,9 @@ func cvtF32AVX2(dst *float32, src unsafe.Pointer, n int)
 func cvtPanelsF32AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 
 //go:noescape
+func dotRowsT2F32AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
 func dot4F16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -73,6 +76,9 @@ func cvtF16AVX2(dst *float32, src unsafe.Pointer, n int)
 func cvtPanelsF16AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 
 //go:noescape
+func dotRowsT2F16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
 func dot4BF16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -98,6 +104,9 @@ func cvtBF16AVX2(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
 func cvtPanelsBF16AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
+func dotRowsT2BF16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
 
 //go:noescape
 func gemmTF32AVX2(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
@@ -236,6 +245,15 @@ func cvtF32AVX512(dst *float32, src unsafe.Pointer, n int)
 func cvtPanelsF32AVX512(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 
 //go:noescape
+func dotRowsT2F32AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT3F32AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT4F32AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
 func dot4F16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -261,6 +279,15 @@ func cvtF16AVX512(dst *float32, src unsafe.Pointer, n int)
 
 //go:noescape
 func cvtPanelsF16AVX512(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
+
+//go:noescape
+func dotRowsT2F16AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT3F16AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT4F16AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
 
 //go:noescape
 func dot4BF16AVX512(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
@@ -290,13 +317,46 @@ func cvtBF16AVX512(dst *float32, src unsafe.Pointer, n int)
 func cvtPanelsBF16AVX512(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer)
 
 //go:noescape
+func dotRowsT2BF16AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT3BF16AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT4BF16AVX512(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
 func gemmTF32AVX512(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)
 
 //go:noescape
 func qaxpy4Q8_0AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 
 //go:noescape
+func qdotRowsT2Q8_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qdotRowsT3Q8_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qdotRowsT4Q8_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qaxpy4BQ8_0AVX512(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsafe.Pointer, a *float32, astride int, nb int)
+
+//go:noescape
 func qaxpy4Q4_0AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
+
+//go:noescape
+func qdotRowsT2Q4_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qdotRowsT3Q4_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qdotRowsT4Q4_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qaxpy4BQ4_0AVX512(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsafe.Pointer, a *float32, astride int, nb int)
 
 //go:noescape
 func readSumAVX2(p unsafe.Pointer, n int) uint64

@@ -107,7 +107,34 @@ type kernelSet struct {
 	// at xc + j·cstride bytes, its qrows sums at dst + j·dstride bytes;
 	// it prefetches the nb cache lines from pf on (the next rows to pack).
 	qgemm [nq]func(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+
+	// Multi-token decode (batch.go; nil where the set has none), index
+	// [T−2] for T tokens at once:
+	//
+	// dotRowsB[T−2][d] is dotRows over m contiguous rows for the T vectors
+	// at x + t·xstride bytes, token t's results at dst + t·dstride bytes:
+	// each weight converted once for all T, each token's sums dotRows' bit
+	// for bit.
+	dotRowsB [3][3]dotRowsBFunc
+	// qdotRowsB[T−2][q] is qdotRows of Q8_0 (q 0) or Q4_0 (q 1) over m
+	// contiguous rows for T tokens, x as qBatchLayout writes it at xb:
+	// each block unpacked once for all T, each token's sums qdotRows' bit
+	// for bit.
+	qdotRowsB [3][2]qdotRowsBFunc
+	// qaxpy4B[q] is qaxpy4 of Q8_0 (q 0) or Q4_0 (q 1) for T ≤ 4 tokens
+	// at once: d_t[:32·nb] += Σ_r a_t[r]·w_r, a_t at a + t·astride bytes (no
+	// prefetching); each block unpacked once for all T, each token's sums
+	// qaxpy4's bit for bit.
+	qaxpy4B [2]qaxpy4BFunc
 }
+
+// dotRowsBFunc and qdotRowsBFunc are the types of a set's multi-token decode
+// kernels (kernelSet.dotRowsB, qdotRowsB).
+type (
+	dotRowsBFunc  = func(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+	qdotRowsBFunc = func(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+	qaxpy4BFunc   = func(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsafe.Pointer, a *float32, astride int, nb int)
+)
 
 // qdotFunc is the type of a set's qdotRows kernels.
 type qdotFunc = func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)

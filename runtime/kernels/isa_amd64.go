@@ -32,6 +32,7 @@ var avx2Set = &kernelSet{
 	qpack:     qpacks,
 	qrows:     8,
 	qgemm:     qgemmTable(qgemm8x4AVX2, qpacks, false),
+	dotRowsB:  [3][3]dotRowsBFunc{{dotRowsT2F32AVX2, dotRowsT2F16AVX2, dotRowsT2BF16AVX2}},
 }
 
 var avx512Set = &kernelSet{
@@ -61,10 +62,16 @@ var avx512Set = &kernelSet{
 	// against avx512vnni alternated, medians of 3: Q8_0 15.6 → 17.8 GB/s,
 	// Q4_0 8.5 → 11.9; over a random half of the rows 14.5 → 15.4 and 7.9 →
 	// 9.2 (the K-quants' in kquant_amd64.go). Q5_0/Q5_1: the AVX2 forms.
-	qaxpy4: [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX512, qaxpy4Q4_0AVX512, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
-	qpack:  qpacks,
-	qrows:  8,
-	qgemm:  qgemmTable(qgemm8x4AVX2, qpacks, false),
+	qaxpy4:  [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int){qaxpy4Q8_0AVX512, qaxpy4Q4_0AVX512, qaxpy4Q5_0AVX2, qaxpy4Q5_1AVX2},
+	qpack:   qpacks,
+	qrows:   8,
+	qgemm:   qgemmTable(qgemm8x4AVX2, qpacks, false),
+	qaxpy4B: [2]qaxpy4BFunc{qaxpy4BQ8_0AVX512, qaxpy4BQ4_0AVX512},
+	dotRowsB: [3][3]dotRowsBFunc{
+		{dotRowsT2F32AVX512, dotRowsT2F16AVX512, dotRowsT2BF16AVX512},
+		{dotRowsT3F32AVX512, dotRowsT3F16AVX512, dotRowsT3BF16AVX512},
+		{dotRowsT4F32AVX512, dotRowsT4F16AVX512, dotRowsT4BF16AVX512},
+	},
 }
 
 // The VNNI sets are the AVX2 and AVX-512 sets with the decode dots of the
@@ -141,6 +148,13 @@ func init() {
 	// float32 there.
 	avx512vnniSet.qpack, avx512vnniSet.qrows = qpacks16, 16
 	avx512vnniSet.qgemm = qgemmTable(qgemm16x4AVX512VNNI, qpacks16, true)
+	// Multi-token decode dots of Q8_0 and Q4_0 on ZMM registers, two blocks a
+	// step (EVEX VPDPBUSD).
+	avx512vnniSet.qdotRowsB = [3][2]qdotRowsBFunc{
+		{qdotRowsT2Q8_0AVX512VNNI, qdotRowsT2Q4_0AVX512VNNI},
+		{qdotRowsT3Q8_0AVX512VNNI, qdotRowsT3Q4_0AVX512VNNI},
+		{qdotRowsT4Q8_0AVX512VNNI, qdotRowsT4Q4_0AVX512VNNI},
+	}
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
 	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")

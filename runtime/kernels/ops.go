@@ -211,6 +211,7 @@ type job struct {
 	attn AttnShape // Attention: the shape
 	xq   []int8    // MatVec on block-quantized weights: x as int8 blocks
 	xd   []float32 // and their scales
+	xb   []byte    // MatVecBatch: x as qBatchLayout writes it (nil: no multi-token kernel)
 	// parts: AddRowsPart's partial sums, one buffer per chunk
 	parts [][]float32
 	chunk int // the units of the pool's widest chunk (set by run)

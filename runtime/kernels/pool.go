@@ -102,6 +102,7 @@ type scratch struct {
 	att  []float32 // Attention's scores for one token-head pair
 	xq   []int8    // the caller's: MatVec's x as int8 blocks (block-quantized weights)
 	xd   []float32 // and their scales
+	xb   []byte    // the caller's: MatVecBatch's x in qBatchLayout
 	xf   []float32 // the caller's: MatMul's x dequantized back (dequantizeX)
 	qw   []float32 // block-quantized weights dequantized for MatMul and MatMulRowsT
 }

@@ -82,6 +82,15 @@ type x86 struct {
 	tt, tc int    // outer-product micro-kernel: tokens × columns
 }
 
+// batchT is the most tokens the set's multi-token decode kernels take
+// (batch.go): as many as their accumulators leave registers for.
+func (x x86) batchT() int {
+	if x.r == "Z" {
+		return 4
+	}
+	return 2
+}
+
 func (x x86) v(i int) string { return fmt.Sprintf("%s%d", x.r, i) }
 
 // and is the bitwise AND of the vector width (AVX-512 has only the
@@ -168,6 +177,9 @@ func amd64(g *gen) {
 			x.gemm(g, d)
 			x.cvt(g, d)
 			x.cvtPanels(g, d)
+			for T := 2; T <= x.batchT(); T++ {
+				x.dotRowsBatch(g, d, T)
+			}
 		}
 		x.gemmT(g)
 		if x.name == "AVX2" {
@@ -193,6 +205,10 @@ func amd64(g *gen) {
 		} else {
 			for _, q := range qtypes {
 				x.qaxpy4(g, q)
+				for T := 2; T <= x.batchT(); T++ {
+					qdotRowsBatch(g, q, T)
+				}
+				qaxpy4Batch(g, q)
 			}
 		}
 	}
