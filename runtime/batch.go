@@ -42,6 +42,8 @@ type Batcher struct {
 	Wait time.Duration
 
 	steps, tokens atomic.Uint64
+	kv            [][]float32 // attention's caches and positions, one step's
+	pos           []int
 }
 
 // batchReq is one session's request: a decode step of id, or (fn non-nil)
@@ -245,6 +247,7 @@ func (b *Batcher) attention(ss []*Session, i int) {
 	b.project(k, l.K, xb, B, l.KBias)
 	b.project(v, l.V, xb, B, l.VBias)
 	out := bf.attnOut[:B*qd]
+	b.kv, b.pos = b.kv[:0], b.pos[:0]
 	for t, s := range ss {
 		p := s.pos
 		qt, kt, vt := q[t*qd:(t+1)*qd], k[t*kvd:(t+1)*kvd], v[t*kvd:(t+1)*kvd]
@@ -257,9 +260,13 @@ func (b *Batcher) attention(ss []*Session, i int) {
 		}
 		copy(s.kcache[i][p*kvd:], kt)
 		copy(s.vcache[i][p*kvd:], vt)
-		kernels.Attention(b.pool, out[t*qd:(t+1)*qd], qt, s.kcache[i], s.vcache[i],
-			kernels.AttnShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: hd, Pos: p, T: 1})
+		b.kv, b.pos = append(b.kv, s.kcache[i]), append(b.pos, p)
 	}
+	for _, s := range ss {
+		b.kv = append(b.kv, s.vcache[i])
+	}
+	// Every token's heads in one pool call, each as Attention computes it.
+	kernels.AttentionBatch(b.pool, out, q, b.kv, b.pos, kernels.AttnShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: hd})
 	b.project(xb, l.O, out, B, l.OBias)
 	for j := range x {
 		x[j] += xb[j]
@@ -299,9 +306,7 @@ func (b *Batcher) ffn(ss []*Session, i int) {
 	g, u := bf.gate[:B*kept], bf.up[:B*kept]
 	b.project(g, f.Gate, xb, B, nil)
 	b.project(u, f.Up, xb, B, nil)
-	for t := range B {
-		kernels.SwiGLU(b.pool, g[t*kept:(t+1)*kept], u[t*kept:(t+1)*kept])
-	}
+	kernels.SwiGLUBatch(b.pool, g, u, B)
 	if f.Sliced {
 		clear(y)
 		kernels.AddRowsBatch(b.pool, y, f.DownT, g, B)

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
 )
@@ -32,56 +33,94 @@ func Attention(p *Pool, out, q, kc, vc []float32, a AttnShape) {
 
 // attentionRange runs the token-head pairs [lo, hi) of an Attention job:
 // the scores as one dotRows call over the cached keys (rows kvd floats
-// apart), softmax with expSum, and the values as one axpyRows call.
+// apart), softmax with expSum, and the values as one axpyRows call. For an
+// AttentionBatch job unit u is token u/Heads of its own cache.
 func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 	a := j.attn
 	hd := a.HeadDim
-	qd, kvd := a.Heads*hd, a.KVHeads*hd
-	group := a.Heads / a.KVHeads
+	qd := a.Heads * hd
+	for u := lo; u < hi; u++ {
+		var t, n int
+		k, v := j.k, j.v
+		if j.kvb != nil { // AttentionBatch: one token per cache
+			t = u / a.Heads
+			n, k, v = j.pos[t]+1, j.kvb[t], j.kvb[len(j.kvb)/2+t]
+		} else {
+			t = balancedToken(u/a.Heads, a.T)
+			n = a.Pos + t + 1
+		}
+		h := u % a.Heads
+		attendHead(ks, j.dst[t*qd+h*hd:t*qd+(h+1)*hd], j.x[t*qd+h*hd:t*qd+(h+1)*hd], k, v, h, n, a, s.att[:n])
+	}
+}
+
+// attendHead sets o to head h's attention output for query qh over the
+// first n positions of the caches k and v (the shape's rows), att the
+// scores' scratch (n floats).
+func attendHead(ks *kernelSet, o, qh, kc, vc []float32, h, n int, a AttnShape, att []float32) {
+	hd := a.HeadDim
+	kvd := a.KVHeads * hd
 	nb := hd / ks.blk * ks.blk
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	for u := lo; u < hi; u++ {
-		t, h := balancedToken(u/a.Heads, a.T), u%a.Heads
-		n := a.Pos + t + 1
-		qh := j.x[t*qd+h*hd : t*qd+(h+1)*hd]
-		off := (h / group) * hd
-		att := s.att[:n]
-		k := unsafe.Pointer(&j.k[off])
-		if nb > 0 {
-			ks.dotRows[0](k, 4*kvd, nil, &qh[0], nb, n, &att[0], 0)
-		} else {
-			clear(att)
-		}
-		maxv := float32(math.Inf(-1))
-		for pos := range att {
-			if nb < hd {
-				att[pos] += genericSet.dot1[0](unsafe.Add(k, 4*(pos*kvd+nb)), &qh[nb], hd-nb)
-			}
-			att[pos] *= scale
-			maxv = max(maxv, att[pos])
-		}
-		eb := n &^ 15
-		var sum float32
-		if eb > 0 {
-			sum = ks.expSum(&att[0], eb, maxv)
-		}
-		if eb < n {
-			sum += expSumGo(&att[eb], n-eb, maxv)
-		}
-		o := j.dst[t*qd+h*hd : t*qd+(h+1)*hd]
-		clear(o)
-		v := unsafe.Pointer(&j.v[off])
-		if nb > 0 {
-			ks.axpyRows[0](&o[0], v, 4*kvd, nil, &att[0], nb, n, 0)
-		}
+	off := (h / (a.Heads / a.KVHeads)) * hd
+	k := unsafe.Pointer(&kc[off])
+	if nb > 0 {
+		ks.dotRows[0](k, 4*kvd, nil, &qh[0], nb, n, &att[0], 0)
+	} else {
+		clear(att)
+	}
+	maxv := float32(math.Inf(-1))
+	for pos := range att {
 		if nb < hd {
-			genericSet.axpyRows[0](&o[nb], unsafe.Add(v, 4*nb), 4*kvd, nil, &att[0], hd-nb, n, 0)
+			att[pos] += genericSet.dot1[0](unsafe.Add(k, 4*(pos*kvd+nb)), &qh[nb], hd-nb)
 		}
-		inv := 1 / sum
-		for i := range o {
-			o[i] *= inv
+		att[pos] *= scale
+		maxv = max(maxv, att[pos])
+	}
+	eb := n &^ 15
+	var sum float32
+	if eb > 0 {
+		sum = ks.expSum(&att[0], eb, maxv)
+	}
+	if eb < n {
+		sum += expSumGo(&att[eb], n-eb, maxv)
+	}
+	clear(o)
+	v := unsafe.Pointer(&vc[off])
+	if nb > 0 {
+		ks.axpyRows[0](&o[0], v, 4*kvd, nil, &att[0], nb, n, 0)
+	}
+	if nb < hd {
+		genericSet.axpyRows[0](&o[nb], unsafe.Add(v, 4*nb), 4*kvd, nil, &att[0], hd-nb, n, 0)
+	}
+	inv := 1 / sum
+	for i := range o {
+		o[i] *= inv
+	}
+}
+
+// AttentionBatch is Attention of one new token for each of B = len(pos)
+// sequences, each over its own KV cache, as one pool call: token t (row t
+// of q and out, [B, Heads·HeadDim]) at position pos[t] over the key cache
+// kv[t] and the value cache kv[B+t] ([≥ pos[t]+1, KVHeads·HeadDim], already
+// holding its key and value); a's Pos and T are not used. Each token's
+// output is Attention's with Pos pos[t] and T 1 bit for bit (the same
+// per-head code).
+func AttentionBatch(p *Pool, out, q []float32, kv [][]float32, pos []int, a AttnShape) {
+	B := len(pos)
+	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	checkLen("AttentionBatch q", q, B*qd)
+	checkLen("AttentionBatch out", out, B*qd)
+	if len(kv) != 2*B {
+		panic(fmt.Sprintf("kernels: AttentionBatch: %d caches for %d tokens (want their keys, then their values)", len(kv), B))
+	}
+	for t, n := range pos {
+		if n < 0 || len(kv[t]) < (n+1)*kvd || len(kv[B+t]) < (n+1)*kvd {
+			panic(fmt.Sprintf("kernels: AttentionBatch: token %d at position %d beyond its cache", t, n))
 		}
 	}
+	a.T, a.Pos = 1, 0
+	p.run(job{op: opAttention, ks: active, dst: out, x: q, kvb: kv, pos: pos, attn: a}, B*a.Heads)
 }
 
 // balancedToken maps the i-th token of the work order to a token index:
@@ -111,6 +150,27 @@ func expSumGo(xp *float32, n int, m float32) float32 {
 func SwiGLU(p *Pool, g, u []float32) {
 	checkLen("SwiGLU up", u, len(g))
 	p.run(job{op: opSwiGLU, ks: active, dst: g, x: u}, len(g))
+}
+
+// SwiGLUBatch is SwiGLU of B tokens' rows of len(g)/B elements, each
+// token's result SwiGLU's of its row bit for bit: one pool call where every
+// element of both forms goes through the set's 16-wide kernel (rows of whole
+// blocks of 16, chunks of whole blocks), else a call per token.
+func SwiGLUBatch(p *Pool, g, u []float32, B int) {
+	checkLen("SwiGLUBatch up", u, len(g))
+	n := len(g) / B
+	checkLen("SwiGLUBatch gate", g, B*n)
+	simd := func(n int) bool {
+		chunk, total := p.split(&job{op: opSwiGLU}, n)
+		return n%16 == 0 && (total == 1 || chunk%16 == 0)
+	}
+	if simd(n) && simd(B*n) {
+		SwiGLU(p, g, u)
+		return
+	}
+	for t := range B {
+		SwiGLU(p, g[t*n:(t+1)*n], u[t*n:(t+1)*n])
+	}
 }
 
 // swigluRange runs the kernel set's SwiGLU on whole blocks of 16 and the

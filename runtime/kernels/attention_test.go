@@ -92,3 +92,40 @@ func TestAttention(t *testing.T) {
 		restore()
 	}
 }
+
+// TestAttentionBatch: each token of AttentionBatch, at its own position over
+// its own caches, equals Attention of that token alone bit for bit, on every
+// set and pool size.
+func TestAttentionBatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	rnd := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			for _, a := range []AttnShape{{Heads: 9, KVHeads: 3, HeadDim: 64}, {Heads: 2, KVHeads: 1, HeadDim: 33}} {
+				qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+				pos := []int{0, 40, 17, 3}
+				B := len(pos)
+				q := rnd(B * qd)
+				kv := make([][]float32, 2*B)
+				for i := range kv {
+					kv[i] = rnd((pos[i%B] + 1 + i) * kvd) // caches longer than the position
+				}
+				got := make([]float32, B*qd)
+				AttentionBatch(p, got, q, kv, pos, a)
+				for tok, n := range pos {
+					want := make([]float32, qd)
+					one := a
+					one.Pos, one.T = n, 1
+					Attention(p, want, q[tok*qd:(tok+1)*qd], kv[tok][:(n+1)*kvd], kv[B+tok][:(n+1)*kvd], one)
+					equalBits(t, got[tok*qd:(tok+1)*qd], want, "AttentionBatch %+v token %d", a, tok)
+				}
+			}
+		})
+	})
+}

@@ -91,3 +91,30 @@ func equalBits(t *testing.T, got, want []float32, format string, args ...any) {
 		}
 	}
 }
+
+// TestSwiGLUBatch: SwiGLUBatch's rows equal SwiGLU of each row bit for bit,
+// for rows whose single calls split into whole 16-blocks (1536), into chunks
+// too short for them (32 on several workers: the portable form), and rows
+// that are not whole blocks (200).
+func TestSwiGLUBatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			for _, n := range []int{1536, 32, 200} {
+				for _, B := range []int{3, 4} {
+					g0, u := randVec(rng, B*n), randVec(rng, B*n)
+					for i := range g0 {
+						g0[i] *= 8 // beyond exp's small-argument range
+					}
+					got := append([]float32(nil), g0...)
+					SwiGLUBatch(p, got, u, B)
+					for tok := range B {
+						want := append([]float32(nil), g0[tok*n:(tok+1)*n]...)
+						SwiGLU(p, want, u[tok*n:(tok+1)*n])
+						equalBits(t, got[tok*n:(tok+1)*n], want, "SwiGLUBatch n=%d B=%d token %d", n, B, tok)
+					}
+				}
+			}
+		})
+	})
+}

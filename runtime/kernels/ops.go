@@ -208,6 +208,10 @@ type job struct {
 	rows []int32
 	t    int
 	k, v []float32 // Attention: the KV cache
+	// AttentionBatch: each token's key caches, then its value caches, and
+	// its position
+	kvb  [][]float32
+	pos  []int
 	attn AttnShape // Attention: the shape
 	xq   []int8    // MatVec on block-quantized weights: x as int8 blocks
 	xd   []float32 // and their scales
@@ -273,6 +277,9 @@ func (j *job) scratchNeed() (need scratchSize) {
 		need.att = j.attn.Pos + j.attn.T
 		if kvd := j.attn.KVHeads * j.attn.HeadDim; kvd > 0 {
 			need.att = max(need.att, len(j.k)/kvd)
+			for _, c := range j.kvb[:len(j.kvb)/2] {
+				need.att = max(need.att, len(c)/kvd)
+			}
 		}
 	case opMatMul, opMatMulTok:
 		if j.ks.intPrefill(j.w) {
