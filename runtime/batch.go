@@ -17,11 +17,14 @@ import (
 // and the LM head with kernels.MatVecBatch / AddRowsBatch, which read each
 // block of weights once for the batch, and attention over each session's own
 // KV cache. Where decode waits on memory, B tokens cost little more than
-// one; each token's products are still computed on their own, so where it
-// waits on arithmetic the batch gains little (README's figures).
-// A layer whose rows a session picks for itself (SelectInfer's active set,
-// GateFirst's per-token rows, the masked references) runs that session's
-// own FFN. Every token's logits are bit for bit those of Session.Forward
+// one; where it waits on arithmetic, the kernel sets with multi-token
+// kernels (x86-64: short float rows, Q8_0, Q4_0) convert or unpack each
+// weight once for up to four tokens (README's figures).
+// Where every session picks a layer's rows per token from the gate product
+// over all stored rows (GateFirst, the oracle), that product goes as one
+// batch and each session's picked rows as its own; a layer whose rows a
+// session picks otherwise (SelectInfer's active set, the masked references)
+// runs that session's own FFN. Every token's logits are bit for bit those of Session.Forward
 // (TestBatchedGenerate), so batching never changes a generation.
 //
 // The sessions share the Batcher's pool; their prefills run on it one at a
@@ -289,6 +292,21 @@ func (b *Batcher) ffn(ss []*Session, i int) {
 	bf := &b.buf
 	B, H := len(ss), c.Hidden
 	x := bf.x[:B*H]
+	xb, y := bf.xb[:B*H], bf.xb2[:B*H]
+	kept := f.Kept()
+	if gateFirst(ss, i) {
+		// Rows picked per token from the gate product over every stored
+		// row (GateFirst, the oracle): that product as one batch, the rows
+		// each session's own.
+		normRows(xb, x, b.m.Layers[i].MLPNorm, B, c.RMSNormEps)
+		g := bf.gate[:B*kept]
+		b.project(g, f.Gate, xb, B, nil)
+		for t, s := range ss {
+			s.ffnFromGate(i, s.perToken[i], g[t*kept:(t+1)*kept], xb[t*H:(t+1)*H], y[t*H:(t+1)*H])
+		}
+		addFFN(x, y, f.DownBias, B)
+		return
+	}
 	for _, s := range ss {
 		if !s.plainFFN(i) {
 			for t, s := range ss {
@@ -300,9 +318,7 @@ func (b *Batcher) ffn(ss []*Session, i int) {
 			return
 		}
 	}
-	xb, y := bf.xb[:B*H], bf.xb2[:B*H]
 	normRows(xb, x, b.m.Layers[i].MLPNorm, B, c.RMSNormEps)
-	kept := f.Kept()
 	g, u := bf.gate[:B*kept], bf.up[:B*kept]
 	b.project(g, f.Gate, xb, B, nil)
 	b.project(u, f.Up, xb, B, nil)
@@ -314,6 +330,17 @@ func (b *Batcher) ffn(ss []*Session, i int) {
 		b.project(y, f.Down, g, B, nil)
 	}
 	addFFN(x, y, f.DownBias, B)
+}
+
+// gateFirst reports whether every session picks layer i's rows per token
+// from its gate product over every stored row (Session.ffnPerToken).
+func gateFirst(ss []*Session, i int) bool {
+	for _, s := range ss {
+		if s.perToken[i] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // plainFFN reports whether layer i's decode step computes every loaded row

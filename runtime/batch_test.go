@@ -39,8 +39,8 @@ func sliced(t *testing.T, name string, dt format.DType) *runtime.Model {
 // teacher-forced NLLs equal bit for bit, while the batcher computes more
 // than one token per step on average: on a dense F32 model, Qwen2 with its
 // biases, and sliced F16 / Q8_0 / Q4_0 files in dense decode (the batched
-// FFN with AddRowsBatch), GateFirst and SelectInfer (each session's own
-// FFN).
+// FFN with AddRowsBatch), GateFirst (the gate product batched, each
+// session's own rows) and SelectInfer (each session's own FFN).
 func TestBatchedGenerate(t *testing.T) {
 	_, hf260 := load(t, "stories260k")
 	_, qwen := load(t, "tiny-random-qwen2")

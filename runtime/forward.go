@@ -413,9 +413,20 @@ func (s *Session) maskedRows(i int, f *MLP, g []float32, rows []int32, y []float
 func (s *Session) ffnPerToken(i, k int, xb, y []float32) {
 	f := &s.m.Layers[i].MLP
 	b := &s.buf
-	kept := f.Kept()
-	g := b.gate[:kept]
+	g := b.gate[:f.Kept()]
 	kernels.MatVec(s.pool, g, f.Gate, xb)
+	s.ffnFromGate(i, k, g, xb, y)
+}
+
+// ffnFromGate is ffnPerToken of layer i after its gate product g =
+// gate_proj·xb over every stored row ([kept]; the oracle overwrites it): the
+// k rows picked from it, their up_proj rows and the down_proj sum into y
+// ([hidden]). The batcher computes g for several sessions at once and
+// calls it for each.
+func (s *Session) ffnFromGate(i, k int, g, xb, y []float32) {
+	f := &s.m.Layers[i].MLP
+	b := &s.buf
+	kept := f.Kept()
 	clear(y)
 	if s.oracle { // every row's a, the k largest |a| kept
 		u := b.up[:kept]
