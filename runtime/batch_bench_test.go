@@ -16,19 +16,7 @@ import (
 //
 //	SINF_BENCH_FILE=smol-f16.sinf go test -run - -bench BatchDecode ./runtime/
 func BenchmarkBatchDecode(b *testing.B) {
-	path := os.Getenv("SINF_BENCH_FILE")
-	if path == "" {
-		b.Skip("set SINF_BENCH_FILE to a .sinf file")
-	}
-	f, err := format.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	m, err := LoadFile(f)
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := benchModel(b)
 	pool := kernels.NewPool(0)
 	defer pool.Close()
 	bt := &Batcher{m: m, pool: pool}
@@ -73,19 +61,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 // all of them together in the "tok/s" metric, the batcher's prefills and
 // step gathering included.
 func BenchmarkBatchGenerate(b *testing.B) {
-	path := os.Getenv("SINF_BENCH_FILE")
-	if path == "" {
-		b.Skip("set SINF_BENCH_FILE to a .sinf file")
-	}
-	f, err := format.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	m, err := LoadFile(f)
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := benchModel(b)
 	for _, B := range []int{1, 4} {
 		b.Run(fmt.Sprintf("B=%d", B), func(b *testing.B) {
 			pool := kernels.NewPool(0)
@@ -120,4 +96,23 @@ func BenchmarkBatchGenerate(b *testing.B) {
 			b.ReportMetric(float64(32*B*b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
+}
+
+// benchModel loads the .sinf file named by $SINF_BENCH_FILE (skipping the
+// benchmark without one), closed when the benchmark ends.
+func benchModel(b *testing.B) *Model {
+	path := os.Getenv("SINF_BENCH_FILE")
+	if path == "" {
+		b.Skip("set SINF_BENCH_FILE to a .sinf file")
+	}
+	f, err := format.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	m, err := LoadFile(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

@@ -231,18 +231,7 @@ func qdotRowsBatch(g *gen, q qtype, T int) {
 		g.i("VFMADD231PS %d(R12)(DX*1), X21, X15", T*R+16)
 	}
 	g.i("VBROADCASTSS X21, K2, Z20")
-	for t := range T {
-		tmp := 10 + t
-		if q4 {
-			g.i("VPXORD Z%d, Z%d, Z%d", tmp, tmp, tmp)
-		} else {
-			g.i("VMOVDQU32 %d(R12)(DX*1), Z%d", t*R+128, tmp)
-		}
-		g.i("VPDPBUSD %d(R12)(DX*1), Z8, Z%d", t*R, tmp)
-		g.i("VCVTDQ2PS Z%d, Z%d", tmp, tmp)
-		g.i("VMULPS Z20, Z%d, Z%d", tmp, tmp)
-		g.i("VFMADD231PS %d(R12)(DX*1), Z%d, Z%d", t*R+64, tmp, 16+t)
-	}
+	qBatchProducts(g, q4, T, R, "Z", "")
 	g.i("ADDQ $%d, AX", 2*q.bb)
 	g.i("ADDQ $%d, DX", S)
 	g.i("SUBQ $2, R15")
@@ -265,18 +254,7 @@ func qdotRowsBatch(g *gen, q qtype, T int) {
 	if q4 {
 		g.i("VFMADD231PS %d(R12)(DX*1), X20, X14", T*R)
 	}
-	for t := range T {
-		tmp := 10 + t
-		if q4 {
-			g.i("VPXORD Y%d, Y%d, Y%d", tmp, tmp, tmp)
-		} else {
-			g.i("VMOVDQU32 %d(R12)(DX*1), Y%d", t*R+128, tmp)
-		}
-		g.i("VPDPBUSD %d(R12)(DX*1), Y8, Y%d", t*R, tmp)
-		g.i("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
-		g.i("VMULPS Y20, Y%d, Y%d", tmp, tmp)
-		g.i("VFMADD231PS %d(R12)(DX*1), Z%d, K1, Z%d", t*R+64, tmp, 16+t)
-	}
+	qBatchProducts(g, q4, T, R, "Y", "K1, ") // the even lanes only
 	g.p("sum:")
 	for t := range T {
 		g.i("VEXTRACTF64X4 $1, Z%d, Y%d", 16+t, 4+t)
@@ -298,6 +276,25 @@ func qdotRowsBatch(g *gen, q qtype, T int) {
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
+}
+
+// qBatchProducts emits each token's products of a step of qdotRowsBatch:
+// the unsigned weights in Z8 (v "Z": two blocks) or Y8 ("Y": one) by the
+// token's q_x, from zero (Q4_0) or −128·Σx (Q8_0), converted, times d_w (Z20)
+// and added times d_x into its accumulator Z16+t, under mask ("" or "K1, ").
+func qBatchProducts(g *gen, q4 bool, T, R int, v, mask string) {
+	for t := range T {
+		tmp := 10 + t
+		if q4 {
+			g.i("VPXORD %s%d, %[1]s%[2]d, %[1]s%[2]d", v, tmp)
+		} else {
+			g.i("VMOVDQU32 %d(R12)(DX*1), %s%d", t*R+128, v, tmp)
+		}
+		g.i("VPDPBUSD %d(R12)(DX*1), %s8, %s%d", t*R, v, v, tmp)
+		g.i("VCVTDQ2PS %s%d, %[1]s%[2]d", v, tmp)
+		g.i("VMULPS %s20, %[1]s%[2]d, %[1]s%[2]d", v, tmp)
+		g.i("VFMADD231PS %d(R12)(DX*1), Z%d, %sZ%d", t*R+64, tmp, mask, 16+t)
+	}
 }
 
 // qaxpy4Batch: qaxpy4 (Q8_0, Q4_0; ZMM) of T ≤ 4 tokens at once: for t < T,
