@@ -54,7 +54,7 @@ func Command() *cli.Command {
 			&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port (0: any free one, printed at start)"},
 			&cli.StringFlag{Name: "api-key", EnvVars: []string{"SINF_API_KEY"}, Usage: "require Authorization: Bearer KEY on /v1 and /metrics"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "slots: requests generated at once, each with its own KV cache and neuron set (on the CPU each on threads/N threads, or with --batch all as one batch)"},
-			&cli.BoolFlag{Name: "batch", Usage: "with --parallel N on the CPU: the slots' decode steps run as one batch on every thread, each weight read once per step for all of them (the same tokens); faster where decode waits on memory (F16 files, larger models), slower where it waits on arithmetic (Q4_0 files)"},
+			&cli.BoolFlag{Name: "batch", Usage: "with --parallel N on the CPU: the slots' decode steps run as one batch on every thread, each weight read once per step for all of them (the same tokens); on x86-64 up to four tokens share each weight's conversion; measured faster than per-slot pools on F16 files and behind them on small Q4_0 models (README)"},
 			&cli.IntFlag{Name: "queue", Value: 16, Usage: "requests that may wait for a slot; more get 503 with Retry-After"},
 			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "request body limit in bytes (413 above)"},
 			&cli.StringFlag{Name: "model-id", Usage: "the model's id in /v1/models and requests (default: the file name without .sinf)"},
@@ -131,11 +131,10 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	}
 	// With --batch several CPU slots decode as one batch (runtime.Batcher)
 	// on one pool of every thread; otherwise each slot has a pool of its own.
-	// Not the default: the batch reads each weight once per step but still
-	// computes every token's products, and where decode is bound by the
-	// products rather than by memory (Q4_0 files on a 2-core VM) 4 clients
-	// got 0.6–1.0× the tokens/s of per-slot pools (Llama-3.2-1B F16:
-	// 1.2–1.5×; README).
+	// Not the default: on a 2-core VM 4 clients of a SmolLM2-135M-shape file
+	// got 1.2–1.4× the tokens/s of per-slot pools at F16 but 0.8–1.0× at
+	// Q4_0, where per-slot pools need no synchronisation between threads,
+	// and each request's prefill holds the whole batch (README).
 	device := c.String("device")
 	batched := parallel > 1 && (device == "" || device == "cpu") && c.Bool("batch")
 	threads := c.Int("threads")
