@@ -55,6 +55,7 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "api-key", EnvVars: []string{"SINF_API_KEY"}, Usage: "require Authorization: Bearer KEY on /v1 and /metrics"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "slots: requests generated at once, each with its own KV cache and neuron set (on the CPU each on threads/N threads, or with --batch all as one batch)"},
 			&cli.BoolFlag{Name: "batch", Usage: "with --parallel N on the CPU: the slots' decode steps run as one batch on every thread, each weight read once per step for all of them (the same tokens); on x86-64 up to four tokens share each weight's conversion; measured faster than per-slot pools on F16 files and behind them on small Q4_0 models (README)"},
+			&cli.IntFlag{Name: "batch-groups", Value: 1, Usage: "with --batch: this many batches, each of its share of the slots (dealt in turn) on its share of the threads, with no synchronisation between them (at most --threads); more suit small models on few cores (README)"},
 			&cli.IntFlag{Name: "queue", Value: 16, Usage: "requests that may wait for a slot; more get 503 with Retry-After"},
 			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "request body limit in bytes (413 above)"},
 			&cli.StringFlag{Name: "model-id", Usage: "the model's id in /v1/models and requests (default: the file name without .sinf)"},
@@ -144,6 +145,10 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 			threads = max(1, threads/parallel)
 		}
 	}
+	if g := c.Int("batch-groups"); g < 1 || g > 1 && !c.Bool("batch") {
+		l.Close()
+		return nil, fmt.Errorf("--batch-groups %d: want ≥ 1, and more than 1 only with --batch", g)
+	}
 	dev := runcmd.DeviceOptions{Threads: threads, Context: c.Int("context"), Mapped: c.Bool("mapped")}
 	sam := l.Gen.Sampling()
 	sam = runcmd.SamplingFlags(c, sam)
@@ -160,7 +165,7 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens"),
 		MaxTokensLimit: c.Int("max-tokens-limit")}
 	if batched {
-		shared := runcmd.NewBatched(l, dev)
+		shared := runcmd.NewBatched(l, dev, c.Int("batch-groups"))
 		o.Cfg.NewBackend = func() (runcmd.Backend, error) { return shared.Slot(), nil }
 		o.Cfg.BatchStats = shared.Stats
 	}

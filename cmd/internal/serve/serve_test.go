@@ -184,6 +184,7 @@ type setup struct {
 	template  string // in place of the file's
 	wrap      func(b runcmd.Backend) runcmd.Backend
 	batched   bool // the slots decode as one batch (runcmd.Batched, as serve's Open makes them)
+	groups    int  // with batched: that many batches (--batch-groups; 0: 1)
 
 	writeTimeout   time.Duration
 	readTimeout    time.Duration
@@ -222,7 +223,7 @@ func openServer(t testing.TB, o setup) (*serve.Server, *runcmd.Loaded) {
 		WriteTimeout: o.writeTimeout, ReadTimeout: o.readTimeout, Host: o.host, CORSOrigin: o.corsOrigin, ContentSpecialTokens: o.contentSpecial,
 		MaxTokensLimit: o.limit}
 	if o.batched {
-		shared := runcmd.NewBatched(l, runcmd.DeviceOptions{Threads: max(1, o.threads), Context: o.context})
+		shared := runcmd.NewBatched(l, runcmd.DeviceOptions{Threads: max(1, o.threads), Context: o.context}, max(1, o.groups))
 		cfg.NewBackend = func() (runcmd.Backend, error) { return shared.Slot(), nil }
 		cfg.BatchStats = shared.Stats
 	}
@@ -839,7 +840,8 @@ func TestChatInterrupt(t *testing.T) {
 }
 
 // TestLoad: 4 clients × 50 requests on --parallel 2 (queue 1, so some get
-// 503 and retry), the slots on pools of their own and decoding as one batch:
+// 503 and retry), the slots on pools of their own, decoding as one batch,
+// and on --parallel 4 as two batches of two slots, a thread each:
 // no other errors, every answer equals the single-client greedy one for its
 // prompt, the RSS stays flat (no leak per request), and the batched server's
 // steps computed more than one token on average (/metrics).
@@ -848,13 +850,17 @@ func TestLoad(t *testing.T) {
 		t.Skip("load test")
 	}
 	file, _ := files(t)
-	for _, batched := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+	for _, c := range []struct {
+		batched          bool
+		groups, parallel int
+	}{{false, 0, 2}, {true, 1, 2}, {true, 2, 4}} {
+		batched := c.batched
+		t.Run(fmt.Sprintf("batched=%v/groups=%d", batched, c.groups), func(t *testing.T) {
 			threads := 1 // per slot, as before the batch existed
 			if batched {
-				threads = 2 // the one shared pool
+				threads = 2 // the shared pools' threads
 			}
-			ts, _, _ := newServer(t, setup{file: file, parallel: 2, queue: 1, context: 256, batched: batched, threads: threads})
+			ts, _, _ := newServer(t, setup{file: file, parallel: c.parallel, queue: 1, context: 256, batched: batched, groups: c.groups, threads: threads})
 			rep, err := load.Run(context.Background(), load.Options{URL: ts.URL, MaxTokens: 16, Clients: 4, Requests: 50,
 				Prompts: []string{"Once upon a time", "The dog", "Lily and Tom", "One day", "The sun was"}})
 			require.NoError(t, err)
