@@ -24,8 +24,9 @@ import (
 // over all stored rows (GateFirst, the oracle), that product goes as one
 // batch and each session's picked rows as its own; a layer whose rows a
 // session picks otherwise (SelectInfer's active set, the masked references)
-// runs that session's own FFN. Every token's logits are bit for bit those of Session.Forward
-// (TestBatchedGenerate), so batching never changes a generation.
+// runs that session's own FFN. Every token's logits are bit for bit those of
+// Session.Forward (TestBatchedGenerate), so batching never changes a
+// generation.
 //
 // The sessions share the Batcher's pool; their prefills run on it one at a
 // time between batched steps, and a request that arrives mid-generation

@@ -145,7 +145,7 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 			threads = max(1, threads/parallel)
 		}
 	}
-	if g := c.Int("batch-groups"); g < 1 || g > 1 && !c.Bool("batch") {
+	if g := c.Int("batch-groups"); c.IsSet("batch-groups") && (g < 1 || g > 1 && !c.Bool("batch")) { // serve's flag; chat opens here too
 		l.Close()
 		return nil, fmt.Errorf("--batch-groups %d: want ≥ 1, and more than 1 only with --batch", g)
 	}
