@@ -34,6 +34,19 @@ func storeTokens(g *gen, T int) {
 	}
 }
 
+// nextRow ends a row of the multi-token dots (DI the next results, R8 the
+// next row, BX rows left: loop to row:) and the kernel.
+func nextRow(g *gen) {
+	g.i("ADDQ $4, DI")
+	g.i("ADDQ R9, R8")
+	g.i("DECQ BX")
+	g.i("JNE row")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
 // dotRowsBatch: for t < T and j < m, the float32 at dst + t·dstride bytes +
 // 4j = Σ_{e<n} w_j[e]·x_t[e], rows contiguous at w + j·stride, x_t at x +
 // t·xstride bytes; n a multiple of 2·vw. Token t keeps dotRow's four
@@ -122,14 +135,7 @@ func (x x86) dotRowsBatch(g *gen, d dtype, T int) {
 	}
 	combineTokens(g, T)
 	storeTokens(g, T)
-	g.i("ADDQ $4, DI")
-	g.i("ADDQ R9, R8")
-	g.i("DECQ BX")
-	g.i("JNE row")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	nextRow(g)
 }
 
 // qBatchRecord is the bytes one token's x takes per pair of blocks in the
@@ -268,14 +274,7 @@ func qdotRowsBatch(g *gen, q qtype, T int) {
 		g.i("VSUBPS X14, X0, X0")
 	}
 	storeTokens(g, T)
-	g.i("ADDQ $4, DI")
-	g.i("ADDQ R9, R8")
-	g.i("DECQ BX")
-	g.i("JNE row")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	nextRow(g)
 }
 
 // qBatchProducts emits each token's products of a step of qdotRowsBatch:
