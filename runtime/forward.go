@@ -641,8 +641,12 @@ func rope(x, cos, sin []float32) {
 	half := len(x) / 2
 	for i := 0; i < half; i++ {
 		a, b := x[i], x[i+half]
-		x[i] = a*cos[i] - b*sin[i]
-		x[i+half] = b*cos[i] + a*sin[i]
+		// Each product rounded on its own (the conversions): Go may fuse
+		// x*y ± z into one FMA (arm64 does), and which of the two products
+		// it would fuse depends on where rope is inlined, so the batched
+		// step and a session's own forward pass rotated differently.
+		x[i] = float32(a*cos[i]) - float32(b*sin[i])
+		x[i+half] = float32(b*cos[i]) + float32(a*sin[i])
 	}
 }
 

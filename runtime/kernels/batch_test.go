@@ -21,11 +21,15 @@ func TestBatchEqualsSingle(t *testing.T) {
 				// two-vector step and the portable tail), long rows (dot4),
 				// and for Q8_0/Q4_0 an odd count of blocks (the multi-token
 				// kernels' last block alone).
-				shapes := [][2]int{{701, 200}, {301, 229}, {57, 243}, {203, 1100}}
+				multi := ks.dotRowsB[0][0] != nil || ks.qdotRowsB[0][0] != nil || ks.qaxpy4B[0] != nil
+				shapes := [][2]int{{701, 200}, {203, 1100}}
 				if dt.Quantized() {
 					shapes = [][2]int{{701, 256}, {203, 1536}}
-					if !dt.KQuant() {
-						shapes = append(shapes, [2]int{97, 800})
+				}
+				if multi && !dt.KQuant() { // only the multi-token kernels take these paths apart
+					shapes = append(shapes, [2]int{301, 229}, [2]int{57, 243})
+					if dt.Quantized() {
+						shapes = [][2]int{{701, 256}, {203, 1536}, {97, 800}}
 					}
 				}
 				for _, sh := range shapes {
@@ -39,7 +43,7 @@ func TestBatchEqualsSingle(t *testing.T) {
 					// B = 1 is MatVec and AddRows themselves; 4 and 6 take
 					// the multi-token kernels' groups of four and two.
 					Bs := []int{3}
-					if ks.dotRowsB[0][0] != nil || ks.qdotRowsB[0][0] != nil {
+					if multi {
 						Bs = append(Bs, 4, 6)
 					}
 					for _, B := range Bs {
@@ -55,7 +59,11 @@ func TestBatchEqualsSingle(t *testing.T) {
 						// (a term split when the pool has workers), with a
 						// third of them zero and with none (the multi-token
 						// qaxpy4B's case).
-						for _, n := range []int{20, R, -22, -R} {
+						ns := []int{20, R}
+						if multi {
+							ns = append(ns, -22, -R)
+						}
+						for _, n := range ns {
 							zeros := n > 0
 							n = max(n, -n)
 							a := randVec(rng, B*n)
