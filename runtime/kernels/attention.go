@@ -157,6 +157,9 @@ func SwiGLU(p *Pool, g, u []float32) {
 // element of both forms goes through the set's 16-wide kernel (rows of whole
 // blocks of 16, chunks of whole blocks), else a call per token.
 func SwiGLUBatch(p *Pool, g, u []float32, B int) {
+	if B < 1 {
+		panic(fmt.Sprintf("kernels: SwiGLUBatch of %d rows", B))
+	}
 	checkLen("SwiGLUBatch up", u, len(g))
 	n := len(g) / B
 	checkLen("SwiGLUBatch gate", g, B*n)

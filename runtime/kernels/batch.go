@@ -155,8 +155,8 @@ func qBatchLayout(dst []byte, ks *kernelSet, q int, xq []int8, xd []float32, nb,
 						break
 					}
 					blk := xt[64*b : 64*b+64]
-					copy(rec[32*h:], unsafe.Slice((*byte)(unsafe.Pointer(&blk[0])), 64)[:32])
-					copy(rec[64+32*h:], unsafe.Slice((*byte)(unsafe.Pointer(&blk[32])), 32))
+					copy(rec[32*h:], unsafe.Slice((*byte)(unsafe.Pointer(&blk[0])), 32))     // q_x
+					copy(rec[64+32*h:], unsafe.Slice((*byte)(unsafe.Pointer(&blk[32])), 32)) // d_x ×8
 					if q == 0 {
 						for l := range 8 {
 							s := int32(blk[4*l]) + int32(blk[4*l+1]) + int32(blk[4*l+2]) + int32(blk[4*l+3])
@@ -283,7 +283,7 @@ func (j *job) multiTerms(n, lo, hi int) bool {
 // addRowsColsBatch is addRowsCols of every token t < B (terms [lo, hi) of
 // its n, columns from c0 into dst(t)), bit for bit: with multi
 // (multiTerms), the whole groups of four terms go through qaxpy4B for up to
-// eight tokens at a time, as qaccumRows' groups of four nonzero terms do for
+// four tokens at a time, as qaccumRows' groups of four nonzero terms do for
 // one, and the last one to three terms token by token.
 func (j *job) addRowsColsBatch(dst func(t int) []float32, n, lo, hi, c0 int, multi bool) {
 	w, B, ks := j.w, j.t, j.ks

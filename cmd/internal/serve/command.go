@@ -165,7 +165,7 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens"),
 		MaxTokensLimit: c.Int("max-tokens-limit")}
 	if batched {
-		shared := runcmd.NewBatched(l, dev, c.Int("batch-groups"))
+		shared := runcmd.NewBatched(l, dev, min(c.Int("batch-groups"), parallel)) // a group without a slot would hold threads
 		o.Cfg.NewBackend = func() (runcmd.Backend, error) { return shared.Slot(), nil }
 		o.Cfg.BatchStats = shared.Stats
 	}
