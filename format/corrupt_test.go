@@ -192,8 +192,12 @@ func TestBadDirectory(t *testing.T) {
 			es[3].Name = es[1].Name
 			return es
 		}},
-		{"unknown dtype", `"model.norm.weight" dtype`, "unknown dtype code 14", func(es []TensorInfo) []TensorInfo {
-			es[2].DType = 14
+		{"unknown dtype", `"model.norm.weight" dtype`, "unknown dtype code 16", func(es []TensorInfo) []TensorInfo {
+			es[2].DType = 16
+			return es
+		}},
+		{"interleaved vector", `"model.norm.weight" shape`, "is a matrix", func(es []TensorInfo) []TensorInfo {
+			es[2].DType = Q4_0X16
 			return es
 		}},
 		{"block dtype, partial block", `"model.norm.weight" shape`, "13 is not a multiple of the Q8_0 block size 32", func(es []TensorInfo) []TensorInfo {

@@ -58,6 +58,13 @@ const (
 	// 2·(j/8) … 2·(j/8)+1 of byte j%8. Not a weight dtype: only the sketch
 	// tensor stores it.
 	SK2
+	// Q8_0X16 is Q8_0 with the rows interleaved by sixteen (spec §5.4): the
+	// same blocks' scales and values, each group of 16 rows stored block
+	// column by block column so that a register's 32-bit lanes are rows.
+	Q8_0X16
+	// Q4_0X16 is Q4_0 with the rows interleaved by sixteen (spec §5.4), the
+	// nibbles paired so that one byte holds elements e and e+4 of a row.
+	Q4_0X16
 )
 
 // BlockElems is the number of elements in one block of the 32-element block
@@ -94,6 +101,9 @@ var dtypes = [...]dtypeInfo{
 	Q5_0: {"Q5_0", BlockElems, 22, true},
 	Q5_1: {"Q5_1", BlockElems, 24, true},
 	SK2:  {"SK2", BlockElems, 10, false},
+
+	Q8_0X16: {"Q8_0X16", BlockElems, 34, true},
+	Q4_0X16: {"Q4_0X16", BlockElems, 18, true},
 }
 
 func (d DType) info() dtypeInfo {

@@ -207,7 +207,7 @@ func TestDTypeText(t *testing.T) {
 	require.Error(t, err)
 	var e DType
 	require.Error(t, e.UnmarshalText([]byte("Q4_1")))
-	_, err = DType(14).MarshalText()
+	_, err = DType(16).MarshalText()
 	require.Error(t, err)
 }
 

@@ -180,6 +180,9 @@ func byteSize(shape []uint64, d DType) (n int64, why string) {
 		if len(shape) == 0 {
 			return 0, fmt.Sprintf("a %v tensor needs at least one dimension (its rows are blocks of %d)", d, elems)
 		}
+		if d.Interleaved() && len(shape) != 2 {
+			return 0, fmt.Sprintf("a %v tensor is a matrix (2 dimensions): its rows are interleaved by %d", d, InterleaveRows)
+		}
 		if last := shape[len(shape)-1]; last%uint64(elems) != 0 {
 			return 0, fmt.Sprintf("the last dimension %d is not a multiple of the %v block size %d", last, d, elems)
 		}

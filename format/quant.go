@@ -20,6 +20,9 @@ import (
 // or a partial block.
 func Quantize(dst []byte, src []float32, d DType) ([]byte, error) {
 	e, _ := d.Block()
+	if d.Interleaved() {
+		return dst, fmt.Errorf("dtype %v is interleaved: quantize to %v, then Interleave", d, d.Base())
+	}
 	if e <= 1 {
 		return dst, fmt.Errorf("dtype %v is not a block-quantized dtype", d)
 	}
@@ -123,6 +126,9 @@ func quantizeQ4_0(dst []byte, x []float32) []byte {
 // number of blocks times that.
 func Dequantize(dst []float32, src []byte, d DType) error {
 	e, bb := d.Block()
+	if d.Interleaved() {
+		return fmt.Errorf("dtype %v is interleaved: Deinterleave it to %v first", d, d.Base())
+	}
 	if e <= 1 {
 		return fmt.Errorf("dtype %v is not a block-quantized dtype", d)
 	}

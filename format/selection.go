@@ -113,6 +113,8 @@ func (f *File) ValidateSelection() error {
 			switch {
 			case !t.DType.Weight():
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v is not a weight dtype (F32, F16, BF16 or a block dtype)", t.DType)
+			case t.DType.Interleaved():
+				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v: a sliced layer's neurons are whole rows, not interleaved (spec §5.4)", t.DType)
 			case mixed:
 			case f.meta.DType != 0 && t.DType != f.meta.DType:
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v, metadata dtype is %v", t.DType, f.meta.DType)

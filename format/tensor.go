@@ -95,8 +95,14 @@ func (t Tensor) ToF32() ([]float32, error) {
 		if _, why := byteSize(shapeU64(t.Shape), t.DType); why != "" {
 			return nil, fmt.Errorf("tensor %s: shape %v of %v: %s", t.Name, t.Shape, t.DType, why)
 		}
-		out := make([]float32, n)
-		if err := Dequantize(out, t.Data, t.DType); err != nil {
+		out, data, d := make([]float32, n), t.Data, t.DType
+		if d.Interleaved() {
+			data, d = make([]byte, len(t.Data)), d.Base()
+			if err := Deinterleave(data, t.Data, t.DType, t.Shape[0], t.Shape[1]); err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+		}
+		if err := Dequantize(out, data, d); err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
 		return out, nil

@@ -78,7 +78,7 @@ func TestWriterErrorsLeaveNoFile(t *testing.T) {
 			return w.AddTensor("x", F32, []int{1}, make([]byte, 4))
 		}},
 		{"unknown dtype", "unknown dtype", func(w *Writer) error {
-			return w.AddTensor("x", DType(14), []int{1}, make([]byte, 4))
+			return w.AddTensor("x", DType(16), []int{1}, make([]byte, 4))
 		}},
 		{"negative dim", "negative", func(w *Writer) error {
 			return w.AddTensor("x", F32, []int{-1}, nil)
