@@ -55,8 +55,13 @@ type Options struct {
 	// Sketch stores, for every sliced layer, the SK2 2-bit sketch of its
 	// up_proj rows (spec §6.2 up_proj.sketch) that GateFirst's predictor
 	// reads per token; hidden_size must be a multiple of 32.
-	Sketch   bool
-	Progress io.Writer // progress bar destination; nil: none
+	Sketch bool
+	// Interleave stores the Q8_0/Q4_0 matrices a decode step reads whole
+	// (attention projections, an untied lm_head, the FFN of layers outside
+	// the sliced range) with their rows interleaved by sixteen (Q8_0X16,
+	// Q4_0X16; spec §5.4), the layout of the CPU's AVX512-VNNI kernels.
+	Interleave bool
+	Progress   io.Writer // progress bar destination; nil: none
 }
 
 // Reconstruct configures Options.Reconstruct.
@@ -186,6 +191,9 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 	}
 	if opt.Sketch && H%format.BlockElems != 0 {
 		return nil, fmt.Errorf("%s: --predictor sketch: hidden_size %d is not a multiple of %d, so no up_proj row fits SK2 blocks", ck.Dir, H, format.BlockElems)
+	}
+	if _, ok := format.InterleavedOf(dtype); opt.Interleave && !ok {
+		return nil, fmt.Errorf("--interleave: the interleaved layouts (spec §5.4) are Q8_0's and Q4_0's; convert with --dtype q8_0 or q4_0, not %v", dtype)
 	}
 	if dtype.Quantized() && H%format.BlockElems != 0 {
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of %d, so no FFN row fits %v blocks: use --dtype f16", ck.Dir, H, format.BlockElems, dtype)
@@ -567,6 +575,12 @@ func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead boo
 		e, _ := dt.Block()
 		return format.F16, fmt.Sprintf("%s %v: rows of %d are not whole %v blocks of %d, stored F16", t.Name, t.Shape, t.Shape[len(t.Shape)-1], dt, e)
 	}
+	// A matrix a step reads whole, interleaved when asked (spec §5.4): not
+	// an untied embedding, of which a step reads single rows; a head tied to
+	// it is read whole, and its lookups decode one row from its group.
+	if x, ok := format.InterleavedOf(dt); ok && opt.Interleave && len(t.Shape) == 2 && (head || t.Name != "model.embed_tokens.weight") {
+		dt = x
+	}
 	return dt, ""
 }
 
@@ -585,6 +599,9 @@ const chunkElems = 1 << 18
 // writeCast streams t into w re-encoded as dtype, chunkElems elements at a
 // time, so converting a tensor costs no more than a chunk of memory.
 func writeCast(w *format.Writer, t format.Tensor, dtype format.DType) error {
+	if dtype.Interleaved() {
+		return writeInterleaved(w, t, dtype)
+	}
 	out, err := w.BeginTensor(t.Name, dtype, t.Shape)
 	if err != nil {
 		return err
@@ -894,4 +911,43 @@ func selectLayer(ck *hf.Checkpoint, opt Options, l, N int) ([]int32, int, error)
 		task, model = scaled(opt.TaskScores), scaled(opt.ModelScores)
 	}
 	return Select(task, model, N, opt.Gamma, opt.Delta)
+}
+
+// writeInterleaved streams the float matrix t into w as the interleaved
+// dtype x (spec §5.4), sixteen rows at a time: each group quantized to the
+// base dtype, then interleaved; the last rows (fewer than sixteen) stay
+// plain rows.
+func writeInterleaved(w *format.Writer, t format.Tensor, x format.DType) error {
+	if len(t.Shape) != 2 || t.DType.Size() == 0 {
+		return fmt.Errorf("tensor %s: %v %v is not a float matrix to store as %v", t.Name, t.DType, t.Shape, x)
+	}
+	out, err := w.BeginTensor(t.Name, x, t.Shape)
+	if err != nil {
+		return err
+	}
+	R, C, es := t.Shape[0], t.Shape[1], t.DType.Size()
+	var q, il []byte
+	for r0 := 0; r0 < R; r0 += format.InterleaveRows {
+		n := min(format.InterleaveRows, R-r0)
+		part := format.Tensor{Name: t.Name, DType: t.DType, Shape: []int{n * C}, Data: t.Data[r0*C*es : (r0+n)*C*es]}
+		f, err := part.ToF32()
+		if err != nil {
+			return err
+		}
+		if q, err = format.Quantize(q[:0], f, x.Base()); err != nil {
+			return fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		enc := q
+		if n == format.InterleaveRows {
+			il = append(il[:0], q...)
+			if err := format.Interleave(il, q, x.Base(), n, C); err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			enc = il
+		}
+		if _, err := out.Write(enc); err != nil {
+			return err
+		}
+	}
+	return w.EndTensor()
 }

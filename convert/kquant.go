@@ -23,6 +23,9 @@ func ParseRecipe(s string) (dt format.DType, mix bool, err error) {
 		return 0, false, fmt.Errorf("unknown dtype %q: the _m mixes are q4_k_m and q5_k_m", s)
 	}
 	dt, err = format.ParseDType(name)
+	if err == nil && dt.Interleaved() {
+		return 0, false, fmt.Errorf("dtype %q is a layout: convert with --dtype %s --interleave", s, strings.ToLower(dt.Base().String()))
+	}
 	if err != nil || !dt.Weight() {
 		return 0, false, fmt.Errorf("unknown dtype %q: want f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m or q5_k_m", s)
 	}

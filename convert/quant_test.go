@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime"
 )
 
 // quantGolden is testdata/golden/llama-quantize-tinystories-656k.json: the
@@ -220,4 +222,103 @@ func TestEmbedDTypeTied(t *testing.T) {
 	opt.FirstLayer, opt.LastLayer, opt.ExplicitRange = 0, 2, true
 	_, err = convert.Convert(ck, t.TempDir()+"/m.sinf", opt)
 	require.ErrorContains(t, err, "use --head-dtype")
+}
+
+// TestConvertInterleaved: --interleave stores the attention projections,
+// the untied head and the whole layer's FFN as Q8_0X16 / Q4_0X16 (spec
+// §5.4), each exactly the row-major file's blocks interleaved, leaves the
+// embedding and the sliced layer's rows row-major, and the two files' logits
+// agree to float32 rounding (prefill and a decode step) with the same greedy
+// token. --interleave with a dtype that has no interleaved form is an error.
+func TestConvertInterleaved(t *testing.T) {
+	ck, ref, err := hf.Load(embeddedModel)
+	require.NoError(t, err)
+	defer ck.Close()
+	tied, tiedRef := openHF(t, "stories260k") // no lm_head.weight: the embedding is the head
+	for _, c := range []struct {
+		ck   *hf.Checkpoint
+		ref  *runtime.Model
+		dt   format.DType
+		want int // interleaved tensors
+	}{
+		// lm_head; layer 0's q, k, v, o, gate, up, down; layer 1's q, k, v, o
+		{ck, ref, format.Q8_0, 12}, {ck, ref, format.Q4_0, 12},
+		// the embedding (tied head: lookups decode rows from groups); five
+		// layers' q, k, v, o; four whole layers' gate and up (down_proj's
+		// rows of 172 are F16)
+		{tied, tiedRef, format.Q8_0, 29}, {tied, tiedRef, format.Q4_0, 29},
+	} {
+		t.Run(filepath.Base(c.ck.Dir)+"/"+c.dt.String(), func(t *testing.T) {
+			opt := convert.DefaultOptions()
+			opt.DType, opt.Random, opt.Gamma = c.dt, true, 1
+			opt.FirstLayer, opt.LastLayer, opt.ExplicitRange = 1, 2, true
+			rf, rm, _ := convertFile(t, c.ck, opt)
+			opt.Interleave = true
+			xf, xm, _ := convertFile(t, c.ck, opt)
+			_, untied := xf.Info("lm_head.weight")
+			interleaved := 0
+			for _, ti := range xf.Tensors() {
+				want, err := rf.Tensor(ti.Name)
+				require.NoError(t, err)
+				got, err := xf.Tensor(ti.Name)
+				require.NoError(t, err)
+				x, ok := format.InterleavedOf(want.DType)
+				whole := ok && len(ti.Shape) == 2 && (!untied || ti.Name != "model.embed_tokens.weight") &&
+					!strings.HasPrefix(ti.Name, "model.layers.1.mlp.")
+				if !whole {
+					require.Equal(t, want.DType, ti.DType, ti.Name)
+					require.Equal(t, want.Data, got.Data, ti.Name)
+					continue
+				}
+				require.Equal(t, x, ti.DType, ti.Name)
+				back := make([]byte, len(got.Data))
+				require.NoError(t, format.Deinterleave(back, got.Data, ti.DType, ti.Shape[0], ti.Shape[1]))
+				require.Equal(t, want.Data, back, "%s: the row-major file's blocks, interleaved", ti.Name)
+				interleaved++
+			}
+			require.Equal(t, c.want, interleaved)
+			// The files' kernels differ in float32 rounding only, which can
+			// flip the rounding of an int8-quantized activation: tinystories
+			// Q4_0 on [1 400 35 90 12] moves the logits 0.098 of a 23.5
+			// range apart, each file then 2.31 and 2.28 from the F32 model's.
+			// So: close to each other, and as close to F32 as the row-major
+			// file.
+			fs, rs, xs := c.ref.NewSession(pool(t), 16), rm.NewSession(pool(t), 16), xm.NewSession(pool(t), 16)
+			for _, toks := range [][]int{{1, 400, 35, 90, 12}, {42}} {
+				f, err := fs.Forward(toks, false)
+				require.NoError(t, err)
+				f32 := append([]float32(nil), f...)
+				w, err := rs.Forward(toks, false)
+				require.NoError(t, err)
+				want := append([]float32(nil), w...)
+				got, err := xs.Forward(toks, false)
+				require.NoError(t, err)
+				lo, hi := want[0], want[0]
+				var maxErr, errRM, errIL float32
+				for i, v := range want {
+					lo, hi = min(lo, v), max(hi, v)
+					maxErr = max(maxErr, abs32(got[i]-v))
+					errRM, errIL = max(errRM, abs32(v-f32[i])), max(errIL, abs32(got[i]-f32[i]))
+				}
+				require.Less(t, maxErr, 0.01*(hi-lo), "%v tokens %v: max logit difference %g of range %g", c.dt, toks, maxErr, hi-lo)
+				require.LessOrEqual(t, errIL, 1.1*errRM+1e-3*(hi-lo), "%v tokens %v: error against F32 %g, the row-major file's %g", c.dt, toks, errIL, errRM)
+				require.Equal(t, argmax(want), argmax(got))
+			}
+		})
+	}
+	opt := convert.DefaultOptions()
+	opt.DType, opt.Random, opt.Interleave = format.F16, true, true
+	opt.FirstLayer, opt.LastLayer, opt.ExplicitRange = 1, 2, true
+	_, err = convert.Convert(ck, filepath.Join(t.TempDir(), "x.sinf"), opt)
+	require.ErrorContains(t, err, "--interleave")
+}
+
+func argmax(v []float32) int {
+	b := 0
+	for i, x := range v {
+		if x > v[b] {
+			b = i
+		}
+	}
+	return b
 }

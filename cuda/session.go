@@ -140,7 +140,9 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 	if c.HeadDim > 256 {
 		return nil, fmt.Errorf("cuda: head_dim %d above 256 is not supported", c.HeadDim)
 	}
-	if d, ok := unsupportedWeights(m); ok {
+	if d, ok := unsupportedWeights(m); ok && d.Interleaved() {
+		return nil, fmt.Errorf("cuda: %v weights (rows interleaved for the CPU's kernels, spec §5.4) are not supported by the CUDA backend; convert without --interleave, or run this file on the CPU (without --device cuda)", d)
+	} else if ok {
 		return nil, fmt.Errorf("cuda: %v weights are not supported by the CUDA backend (it takes F32, F16, BF16 and GGML's block dtypes); run this file on the CPU (without --device cuda)", d)
 	}
 	s := &Session{m: m, be: be, info: be.deviceInfo(), ctx: ctx, layers: make([]devLayer, c.Layers)}
@@ -220,10 +222,11 @@ func newSession(m *runtime.Model, be backend, o Options) (_ *Session, err error)
 
 // unsupportedWeights returns the dtype of the first matrix of m the CUDA
 // kernels do not take (sinfcuda.h lists the ones they do: F32, F16, BF16,
-// Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
+// Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; not the interleaved rows of spec
+// §5.4, a CPU layout).
 func unsupportedWeights(m *runtime.Model) (format.DType, bool) {
 	return firstWeight(m, func(d format.DType) bool {
-		return d != 0 && d != format.F32 && d != format.F16 && d != format.BF16 && !d.Quantized()
+		return d != 0 && d != format.F32 && d != format.F16 && d != format.BF16 && !d.Quantized() || d.Interleaved()
 	})
 }
 

@@ -41,7 +41,7 @@ func LoadFile(f *format.File) (m *Model, err error) {
 		return nil, fmt.Errorf("%s: %w", f.Path(), err)
 	}
 	m.Path = f.Path()
-	if meta.DType != 0 && m.Layers[0].MLP.Gate.DType != meta.DType {
+	if meta.DType != 0 && m.Layers[0].MLP.Gate.DType.Base() != meta.DType { // interleaved rows: the base (spec §5.4)
 		return nil, fmt.Errorf("%s: metadata field dtype %v disagrees with the FFN tensors' %v", f.Path(), meta.DType, m.Layers[0].MLP.Gate.DType)
 	}
 	if sel := meta.Selection; sel != nil {

@@ -40,6 +40,7 @@ func convertCommand() *cli.Command {
 				"(output projection, v_proj and down_proj of some layers Q6_K) and its fallbacks for rows that are not whole 256-blocks (spec §5.3)"},
 			&cli.StringFlag{Name: "head-dtype", Usage: "dtype of lm_head (or of the tied embedding), overriding the --dtype default"},
 			&cli.StringFlag{Name: "embed-dtype", Usage: "dtype of an untied model.embed_tokens, overriding the --dtype default"},
+			&cli.BoolFlag{Name: "interleave", Usage: "with --dtype q8_0 or q4_0: store the matrices a decode step reads whole (attention, an untied lm_head, the FFN of unsliced layers) with rows interleaved by 16 (Q8_0X16/Q4_0X16, spec §5.4), for the CPU's AVX512-VNNI kernels; other CPUs run them through portable code, and the CUDA backend refuses them"},
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
 			&cli.BoolFlag{Name: "weight-aware", Usage: "rank neurons by score × ‖down_proj column‖ (their contribution to the output) instead of the score alone"},
@@ -73,6 +74,7 @@ func convertCommand() *cli.Command {
 				Gamma: c.Float64("gamma"), Delta: c.Float64("delta"),
 				FirstLayer: c.Int("first-layer"), LastLayer: c.Int("last-layer"),
 				ExplicitRange: c.IsSet("first-layer") || c.IsSet("last-layer"),
+				Interleave:    c.Bool("interleave"),
 				Random:        c.Bool("random"), Seed: c.Uint64("seed"), WeightAware: c.Bool("weight-aware"),
 			}
 			if showProgress(c) {
@@ -83,7 +85,7 @@ func convertCommand() *cli.Command {
 				dst  *format.DType
 			}{{"head-dtype", &opt.HeadDType}, {"embed-dtype", &opt.EmbedDType}} {
 				if s := c.String(f.name); s != "" {
-					if *f.dst, err = format.ParseDType(s); err != nil || !f.dst.Weight() {
+					if *f.dst, err = format.ParseDType(s); err != nil || !f.dst.Weight() || f.dst.Interleaved() {
 						return fmt.Errorf("--%s %q: want f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k or q6_k", f.name, s)
 					}
 				}

@@ -42,14 +42,18 @@ const (
 // Shapes: x [B, w.Cols], dst [B, w.Rows], row-major float32. For
 // block-quantized w each x[t] is quantized to int8 blocks as MatVec does.
 func MatVecBatch(p *Pool, dst []float32, w Mat, x []float32, B int) {
-	checkMat(w)
+	checkMatX(w)
 	if B < 1 {
 		panic(fmt.Sprintf("kernels: MatVecBatch of %d vectors", B))
 	}
 	checkLen("MatVecBatch x", x, B*w.Cols)
 	checkLen("MatVecBatch dst", dst, B*w.Rows)
-	if B == 1 {
-		MatVec(p, dst, w, x) // the same result, without the blocks
+	if B == 1 || w.DType.Interleaved() {
+		// the same result, without the blocks (interleaved rows have no
+		// multi-token kernels: one MatVec a token)
+		for t := range B {
+			MatVec(p, dst[t*w.Rows:(t+1)*w.Rows], w, x[t*w.Cols:(t+1)*w.Cols])
+		}
 		return
 	}
 	j := job{op: opMatVecBatch, ks: active, w: w, dst: dst, x: x, t: B}

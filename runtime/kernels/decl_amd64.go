@@ -344,6 +344,12 @@ func qdotRowsT4Q8_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int,
 func qaxpy4BQ8_0AVX512(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsafe.Pointer, a *float32, astride int, nb int)
 
 //go:noescape
+func qdotX16Q8_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qpackX16Q8_0AVX512(dst *byte, w unsafe.Pointer, nb int)
+
+//go:noescape
 func qaxpy4Q4_0AVX512(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 
 //go:noescape
@@ -357,6 +363,12 @@ func qdotRowsT4Q4_0AVX512VNNI(w unsafe.Pointer, stride int, xb *byte, nb, m int,
 
 //go:noescape
 func qaxpy4BQ4_0AVX512(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsafe.Pointer, a *float32, astride int, nb int)
+
+//go:noescape
+func qdotX16Q4_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qpackX16Q4_0AVX512(dst *byte, w unsafe.Pointer, nb int)
 
 //go:noescape
 func readSumAVX2(p unsafe.Pointer, n int) uint64

@@ -126,7 +126,23 @@ type kernelSet struct {
 	// prefetching); each block unpacked once for all T, each token's sums
 	// qaxpy4's bit for bit.
 	qaxpy4B [2]qaxpy4BFunc
+
+	// Interleaved rows (Q8_0X16, Q4_0X16: interleave.go), index [q] of the
+	// base dtype (0 Q8_0, 1 Q4_0); nil where the set has none (the
+	// portable forms run instead):
+	//
+	// qdotX[q] is MatVec over ng interleaved groups of sixteen rows at w,
+	// nb blocks a row, x as quantizeX leaves it: row i of group g's sum at
+	// dst[16g+i].
+	qdotX [2]qdotXFunc
+	// qpackX[q] repacks one interleaved group's nb block columns at w in
+	// qgemm's sixteen-row layout at dst (sets with qrows 16).
+	qpackX [2]func(dst *byte, w unsafe.Pointer, nb int)
 }
+
+// qdotXFunc is the type of a set's interleaved decode kernels
+// (kernelSet.qdotX).
+type qdotXFunc = func(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
 
 // dotRowsBFunc and qdotRowsBFunc are the types of a set's multi-token decode
 // kernels (kernelSet.dotRowsB, qdotRowsB).
@@ -169,6 +185,7 @@ var genericSet = &kernelSet{
 	axpy4:     [3]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, n int){axpy4F32Go, axpy4F16Go, axpy4BF16Go},
 	axpy1:     [3]func(dst *float32, w unsafe.Pointer, a float32, n int){axpy1F32Go, axpy1F16Go, axpy1BF16Go},
 	axpyRows:  [3]func(dst *float32, w unsafe.Pointer, stride int, idx *int32, a *float32, n, m int, pf int){axpyRowsF32Go, axpyRowsF16Go, axpyRowsBF16Go},
+	qdotX:     [2]qdotXFunc{qdotX16Q8_0Go, qdotX16Q4_0Go},
 	gemm:      [3]func(w unsafe.Pointer, wstride int, x *float32, xstride int, n int, dst *float32, dstride int){gemmF32Go, gemmF16Go, gemmBF16Go},
 	cvt:       [3]func(dst *float32, src unsafe.Pointer, n int){cvtF32Go, cvtF16Go, cvtBF16Go},
 	cvtPanels: [3]func(dst *float32, pstride int, src unsafe.Pointer, n int, pre unsafe.Pointer){cvtPanelsF32Go, cvtPanelsF16Go, cvtPanelsBF16Go},

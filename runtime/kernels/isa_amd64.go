@@ -155,6 +155,9 @@ func init() {
 		{qdotRowsT3Q8_0AVX512VNNI, qdotRowsT3Q4_0AVX512VNNI},
 		{qdotRowsT4Q8_0AVX512VNNI, qdotRowsT4Q4_0AVX512VNNI},
 	}
+	// Interleaved rows (interleave.go): a row per lane, no horizontal sums.
+	avx512vnniSet.qdotX = [2]qdotXFunc{qdotX16Q8_0AVX512VNNI, qdotX16Q4_0AVX512VNNI}
+	avx512vnniSet.qpackX = [2]func(dst *byte, w unsafe.Pointer, nb int){qpackX16Q8_0AVX512, qpackX16Q4_0AVX512}
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
 	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}
 	avxvnniSet.features = append(slices.Clone(avx2Set.features), "avx_vnni")

@@ -751,6 +751,9 @@ func TestSetsComplete(t *testing.T) {
 			if name == "dotRowsB" || name == "qdotRowsB" || name == "qaxpy4B" {
 				continue // optional multi-token kernels: TestBatchEqualsSingle runs those a set has
 			}
+			if name == "qdotX" || name == "qpackX" {
+				continue // optional interleaved kernels (the portable ones run instead): TestInterleavedProducts
+			}
 			switch f.Kind() {
 			case reflect.Func:
 				require.False(t, f.IsNil(), "set %s: %s is nil", ks.name, name)

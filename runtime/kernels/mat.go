@@ -76,6 +76,13 @@ func (m Mat) row(r int) []byte {
 
 // RowF32 decodes row r into dst[:Cols] (used by embedding lookup).
 func (m Mat) RowF32(dst []float32, r int) {
+	if m.DType.Interleaved() && r < m.Rows/xrows*xrows {
+		xrowF32(dst[:m.Cols], m, r) // the tail rows are plain rows
+		return
+	}
+	if m.DType.Interleaved() {
+		m.DType = m.DType.Base()
+	}
 	b := m.row(r)
 	switch m.DType {
 	case format.F32:

@@ -12,7 +12,7 @@ import (
 // GGML's Q8_K), so each product also carries x's rounding: at most max|x| of
 // its block (K-quants: of its 256) / 254 per element.
 func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
-	checkMat(w)
+	checkMatX(w)
 	checkLen("MatVec x", x, w.Cols)
 	checkLen("MatVec dst", dst, w.Rows)
 	j := job{op: opMatVec, ks: active, w: w, dst: dst, x: x}
@@ -130,7 +130,7 @@ const minSplitTerms = 32
 // MatVec. Shapes: x [T, w.Cols], dst [T, w.Rows], both row-major. Tokens are
 // split across the pool's workers when there are enough, else rows.
 func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
-	checkMat(w)
+	checkMatX(w)
 	checkLen("MatMul x", x, T*w.Cols)
 	checkLen("MatMul dst", dst, T*w.Rows)
 	ks := active
@@ -167,6 +167,7 @@ func MatMulRowsT(p *Pool, dst []float32, w Mat, a []float32, T int) {
 }
 
 func checkMat(w Mat) {
+	refuseInterleaved("this product", w)
 	checkDType(w.DType)
 	if w.Rows < 0 || w.Cols < 0 || len(w.Data) < w.Rows*w.RowBytes() ||
 		w.DType.Quantized() && w.Cols%qBlockElems[qIndex(w.DType)] != 0 {
@@ -232,6 +233,9 @@ func (j *job) colAlign() int {
 	if j.op == opSketch {
 		return 1
 	}
+	if j.w.DType.Interleaved() {
+		return xrows // whole groups (MatVec, MatMul's rows)
+	}
 	q := j.w.DType.Quantized()
 	be := 1
 	if q {
@@ -260,7 +264,8 @@ func (j *job) colAlign() int {
 // alignRequired reports whether the job's ranges must keep to colAlign even
 // when that leaves workers idle: column splits of block-quantized weights.
 func (j *job) alignRequired() bool {
-	return j.w.DType.Quantized() && (j.op == opAddRows || j.op == opAddRowsBatch || j.op == opMatMulT)
+	return j.w.DType.Quantized() && (j.op == opAddRows || j.op == opAddRowsBatch || j.op == opMatMulT) ||
+		j.w.DType.Interleaved() && j.op != opMatMulTok
 }
 
 // scratchNeed returns the float32s of worker scratch that any chunk of the
@@ -286,6 +291,9 @@ func (j *job) scratchNeed() (need scratchSize) {
 			need.qw = j.ks.qgemmScratch(j.w.Cols)
 		} else if j.w.DType.Quantized() && j.w.Cols > 0 {
 			need.qw = qmatMulBlock(j.ks, j.w.Cols) * j.w.Cols
+			if j.w.DType.Interleaved() {
+				need.qw = max(need.qw, xrows*j.w.Cols) // xcvtGroup's group
+			}
 		}
 	case opMatMulT:
 		if j.t < j.ks.tt || j.w.Rows == 0 {
@@ -435,6 +443,10 @@ func dot4(ks *kernelSet, d, es int, p, q *[4]unsafe.Pointer, x []float32, n, nb 
 // matVecRange computes dst[k] for k in [lo, hi): row k of w, or row rows[k].
 // Block-quantized rows take x as int8 blocks (xq, xd).
 func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32, xq []int8, xd []float32, lo, hi int) {
+	if w.DType.Interleaved() { // MatVec only: checkMat refuses it for MatVecRows
+		xmatVecRange(ks, dst, w, xq, xd, lo, hi)
+		return
+	}
 	if w.DType.Quantized() {
 		qmatVecRange(ks, dst, w, rows, xq, xd, lo, hi)
 		return
@@ -593,6 +605,10 @@ const gemmBlockBytes = 64 << 10
 func matMulRange(ks *kernelSet, dst []float32, w Mat, x []float32, T, lo, hi int, s *scratch, xq []int8, xd []float32) {
 	if xq != nil {
 		qmatMulInt(ks, dst, w, T, lo, hi, s, xq, xd)
+		return
+	}
+	if w.DType.Interleaved() {
+		xmatMulRange(ks, dst, w, x, T, lo, hi, s)
 		return
 	}
 	if w.DType.Quantized() {

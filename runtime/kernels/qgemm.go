@@ -46,6 +46,10 @@ func (ks *kernelSet) intPrefill(w Mat) bool {
 	if !w.DType.Quantized() || w.Cols == 0 {
 		return false
 	}
+	if w.DType.Interleaved() { // packed from the file's groups (interleave.go)
+		q := qIndex(w.DType.Base())
+		return ks.qrows == xrows && ks.qpackX[q] != nil && ks.qgemm[q] != nil
+	}
 	return ks.qgemm[qIndex(w.DType)] != nil
 }
 
@@ -63,7 +67,8 @@ func (ks *kernelSet) qgemmScratch(cols int) int {
 // quantized x.
 func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, xq []int8, xd []float32) {
 	C, R, rb := w.Cols, w.Rows, w.RowBytes()
-	nb, q := C/32, qIndex(w.DType) // blocks of 32, K-quants' sub-blocks too
+	nb, q := C/32, qIndex(w.DType.Base()) // blocks of 32, K-quants' sub-blocks too
+	x16 := w.DType.Interleaved()          // groups packed by qpackX; the tail rows are plain
 	nq, nd := 2*C, 2*nb
 	base := dataPtr(w)
 	pack := unsafe.Slice((*byte)(unsafe.Pointer(&s.qw[0])), 4*len(s.qw))
@@ -78,6 +83,10 @@ func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, 
 	for ; hi-r0 >= G; r0 += min(block, whole(hi-r0)) {
 		ng := min(block, whole(hi-r0)) / G
 		for g := range ng {
+			if x16 {
+				ks.qpackX[q](&pack[g*gstride], unsafe.Add(base, (r0+G*g)*rb), nb)
+				continue
+			}
 			ks.qpack[q](&pack[g*gstride], unsafe.Add(base, (r0+G*g)*rb), rb, nb)
 		}
 		// While the tokens go over these rows, the kernel calls prefetch
@@ -99,6 +108,10 @@ func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, 
 			}
 		}
 		for ; t < T; t++ {
+			if x16 {
+				ks.xdot(q)(unsafe.Add(base, r0*rb), nb, &xq[t*nq], &xd[t*nd], ng, &dst[t*R+r0])
+				continue
+			}
 			dots(r0, G*ng, t)
 		}
 	}

@@ -209,6 +209,8 @@ func amd64(g *gen) {
 					qdotRowsBatch(g, q, T)
 				}
 				qaxpy4Batch(g, q)
+				qdotX16(g, q)
+				qpackX16(g, q)
 			}
 		}
 	}

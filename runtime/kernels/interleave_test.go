@@ -1,0 +1,73 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/format"
+)
+
+// xMat returns m's matrix interleaved (spec §5.4) in guarded memory.
+func xMat(t *testing.T, m testMat) Mat {
+	t.Helper()
+	xd, ok := format.InterleavedOf(m.DType)
+	require.True(t, ok)
+	data := guarded(t, len(m.Data))
+	require.NoError(t, format.Interleave(data, m.Data, m.DType, m.Rows, m.Cols))
+	return Mat{DType: xd, Rows: m.Rows, Cols: m.Cols, Data: data}
+}
+
+// TestInterleavedProducts checks MatVec, MatVecBatch and MatMul on
+// interleaved rows against the float64 dequantize-then-multiply reference
+// on every set and pool, with whole groups and a tail of plain rows; each
+// token of MatVecBatch equals MatVec's bit for bit; the row-major-only
+// products refuse interleaved rows; RowF32 decodes rows exactly.
+func TestInterleavedProducts(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(31, 32))
+			shapes := [][2]int{{16, 32}, {37, 64}, {5, 96}, {70, 576}}
+			if !raceOn {
+				shapes = append(shapes, [2]int{48, 2048})
+			}
+			for _, dt := range []format.DType{format.Q8_0, format.Q4_0} {
+				for _, sh := range shapes {
+					rows, cols := sh[0], sh[1]
+					m := randQMat(t, rng, dt, rows, cols)
+					w := xMat(t, m)
+					for _, T := range []int{1, 3, 4, 9, 37} {
+						x := randVec(rng, T*cols)
+						dst := make([]float32, T*rows)
+						MatMul(p, dst, w, x, T)
+						vec := make([]float32, T*rows)
+						MatVecBatch(p, vec, w, x, T)
+						for u := range T {
+							xu := x[u*cols : (u+1)*cols]
+							one := make([]float32, rows)
+							MatVec(p, one, w, xu)
+							require.Equal(t, one, vec[u*rows:(u+1)*rows], "MatVecBatch %v [%d,%d] token %d", w.DType, rows, cols, u)
+							for r := range rows {
+								want, scale := m.refDot(r, xu)
+								tol := m.qxBound(r, xu) + 1e-5*scale
+								checkClose(t, one[r], want, 1, tol, "MatVec %v [%d,%d] row %d", w.DType, rows, cols, r)
+								checkClose(t, dst[u*rows+r], want, 1, tol, "MatMul %v [%d,%d] T=%d t=%d r=%d", w.DType, rows, cols, T, u, r)
+							}
+						}
+					}
+					row := make([]float32, cols)
+					for _, r := range []int{0, rows / 2, rows - 1} {
+						w.RowF32(row, r)
+						for c, v := range row {
+							require.Equal(t, float32(m.vals[r*cols+c]), v, "RowF32 %v [%d,%d] row %d col %d", w.DType, rows, cols, r, c)
+						}
+					}
+					x := randVec(rng, cols)
+					require.Panics(t, func() { MatVecRows(p, make([]float32, 1), w, []int32{0}, x) })
+					require.Panics(t, func() { AddRows(p, make([]float32, cols), w, nil, make([]float32, rows)) })
+				}
+			}
+		})
+	})
+}
