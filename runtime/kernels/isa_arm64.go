@@ -45,6 +45,9 @@ var dotprodSet = func() *kernelSet {
 	// levels in assembly; the neon set dequantizes to float32 instead.
 	c.qpack = [nq]qpackFunc{qpack8Q8_0NEON, qpack8Q4_0NEON}
 	c.qgemm, c.qrows = qgemmTable(qgemm8x4DOTPROD, c.qpack, true), 8
+	// Interleaved rows (interleave.go): SDOT by element, a row per lane.
+	// Their prefill dequantizes groups to float32 (qrows is 8, not 16).
+	c.qdotX = [2]qdotXFunc{qdotX16Q8_0DOTPROD, qdotX16Q4_0DOTPROD}
 	return &c
 }()
 

@@ -156,3 +156,83 @@ func qpackX16(g *gen, q qtype) {
 	g.i("RET")
 	g.p("")
 }
+
+// neonQdotX16 is qdotX16 for the dotprod set: SDOT by element, signed by
+// signed (Q4_0's levels 0–15 as they are, with c = xd[nb+b] off per block;
+// Q8_0's values with no offset). A block's 16 rows are four lane quads:
+// V20..V23 the int32 sums of rows 4k..4k+3, V16..V19 their float32
+// results; x's 32 bytes in V0, V1, the scales converted from F16 in V4..V7.
+func neonQdotX16(g *gen, q qtype) {
+	name := "qdotX16" + q.name + "DOTPROD"
+	neonText(g, name, 48, "(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)")
+	g.i("MOVD w+0(FP), R0")
+	g.i("MOVD nb+8(FP), R1")
+	g.i("MOVD xq+16(FP), R2")
+	g.i("MOVD xd+24(FP), R3")
+	g.i("MOVD ng+32(FP), R4")
+	g.i("MOVD dst+40(FP), R5")
+	g.i("VMOVI $15, V30.B16")
+	g.i("CBZ R4, done")
+	g.i("CBZ R1, done") // callers pass nb ≥ 1 (xmatVecRange clears rows of no blocks)
+	g.p("group:")
+	g.i("MOVD R2, R6")
+	g.i("MOVD R3, R7")
+	g.i("ADD R1<<2, R3, R8") // xd[nb+b]
+	g.i("MOVD R1, R9")
+	zero(g, 16, 17, 18, 19)
+	g.p("blk:")
+	g.i("VLD1 (R6), [V0.B16, V1.B16]")
+	g.i("ADD $64, R6, R6")
+	g.i("VLD1.P 32(R0), [V2.B16, V3.B16]")
+	g.i(fcvtl(4, 2))
+	g.i(fcvtl2(5, 2))
+	g.i(fcvtl(6, 3))
+	g.i(fcvtl2(7, 3))
+	zero(g, 20, 21, 22, 23)
+	// element group e (elements 4e..4e+3) of the four quads in V(w)..V(w+3)
+	sdots := func(w, e int) {
+		for k := 0; k < 4; k++ {
+			g.i(sdotLane(20+k, w+k, e/4, e%4))
+		}
+	}
+	if q.name == "Q8_0" {
+		for k := 0; k < 8; k++ {
+			w := 8 + 4*(k%2)
+			g.i("VLD1.P 64(R0), [V%d.B16, V%d.B16, V%d.B16, V%d.B16]", w, w+1, w+2, w+3)
+			sdots(w, k)
+		}
+	} else {
+		for j := 0; j < 4; j++ {
+			g.i("VLD1.P 64(R0), [V8.B16, V9.B16, V10.B16, V11.B16]")
+			for k := 0; k < 4; k++ {
+				g.i("VAND V30.B16, V%d.B16, V%d.B16", 8+k, 12+k)
+				g.i("VUSHR $4, V%d.B16, V%d.B16", 8+k, 24+k)
+			}
+			sdots(12, 2*j)
+			sdots(24, 2*j+1)
+		}
+	}
+	g.i("FMOVS.P 4(R7), F28")
+	g.i("VDUP V28.S[0], V28.S4")
+	if q.name == "Q4_0" {
+		g.i("FMOVS.P 4(R8), F31")
+		g.i("VDUP V31.S[0], V31.S4")
+	}
+	for k := 0; k < 4; k++ {
+		g.i(scvtfV(20+k, 20+k))
+		g.i(fmulV(20+k, 20+k, 28))
+		g.i("VFMLA V%d.S4, V%d.S4, V%d.S4", 4+k, 20+k, 16+k)
+		if q.name == "Q4_0" {
+			g.i("VFMLS V31.S4, V%d.S4, V%d.S4", 4+k, 16+k)
+		}
+	}
+	g.i("SUBS $1, R9, R9")
+	g.i("BNE blk")
+	g.i("VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R5)")
+	g.i("ADD $64, R5, R5")
+	g.i("SUBS $1, R4, R4")
+	g.i("BNE group")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}

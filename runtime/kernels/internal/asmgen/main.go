@@ -1295,6 +1295,7 @@ func arm64(g *gen) {
 	}
 	for _, q := range qtypes {
 		neonQpack8(g, q)
+		neonQdotX16(g, q)
 	}
 	neonQgemm8x4(g)
 	neonKaccumK4(g, false)
