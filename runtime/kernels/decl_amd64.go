@@ -178,10 +178,22 @@ func qpack8Q8_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
 func qpackHalf16Q8_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
 
 //go:noescape
+func qdotX16Q8_0AVX2(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qdotX16Q8_0AVXVNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
 func qpack8Q4_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
 
 //go:noescape
 func qpackHalf16Q4_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
+
+//go:noescape
+func qdotX16Q4_0AVX2(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qdotX16Q4_0AVXVNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
 
 //go:noescape
 func qpack8Q5_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)

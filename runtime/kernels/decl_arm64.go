@@ -163,10 +163,16 @@ func qpack8Q8_0NEON(dst *byte, w unsafe.Pointer, stride int, nb int)
 func qdotX16Q8_0DOTPROD(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
 
 //go:noescape
+func qpackX16Q8_0NEON(dst *byte, w unsafe.Pointer, nb int)
+
+//go:noescape
 func qpack8Q4_0NEON(dst *byte, w unsafe.Pointer, stride int, nb int)
 
 //go:noescape
 func qdotX16Q4_0DOTPROD(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qpackX16Q4_0NEON(dst *byte, w unsafe.Pointer, nb int)
 
 //go:noescape
 func qgemm8x4DOTPROD(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)

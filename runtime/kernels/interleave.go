@@ -12,8 +12,9 @@ import (
 // sixteen rows of a Q8_0 or Q4_0 matrix is stored block column by block
 // column, a 32-bit lane of a 64-byte chunk per row, so a decode kernel
 // multiplies sixteen rows by four broadcast x at once and sums no lanes
-// horizontally (qdotX16*AVX512VNNI, and qdotX16*DOTPROD by SDOT by element
-// on arm64; portable Go on the other sets). The last Rows mod 16 rows follow
+// horizontally (qdotX16*: ZMM with AVX512-VNNI, two YMM halves with AVX-VNNI
+// or AVX2, SDOT by element on arm64 dotprod; portable Go on the neon and
+// generic sets). The last Rows mod 16 rows follow
 // the groups as plain rows. MatVec, MatVecBatch and MatMul take them; the
 // gathered and neuron-row products (MatVecRows, AddRows, MatMulRowsT) do not:
 // sliced neuron rows are never interleaved.

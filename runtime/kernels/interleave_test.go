@@ -28,7 +28,7 @@ func TestInterleavedProducts(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
 			rng := rand.New(rand.NewPCG(31, 32))
-			shapes := [][2]int{{16, 32}, {37, 64}, {5, 96}, {70, 576}}
+			shapes := [][2]int{{16, 32}, {37, 64}, {29, 64}, {5, 96}, {70, 576}} // tails of 5, 13 (an eight-row group of plain rows), 5 and 6
 			if !raceOn {
 				shapes = append(shapes, [2]int{48, 2048})
 			}

@@ -136,7 +136,8 @@ type kernelSet struct {
 	// dst[16g+i].
 	qdotX [2]qdotXFunc
 	// qpackX[q] repacks one interleaved group's nb block columns at w in
-	// qgemm's sixteen-row layout at dst (sets with qrows 16).
+	// qgemm's layout at dst: one sixteen-row group (qrows 16), or two
+	// eight-row ones, rows 8–15 at dst + qpackStride·nb (qrows 8).
 	qpackX [2]func(dst *byte, w unsafe.Pointer, nb int)
 }
 

@@ -155,7 +155,12 @@ func init() {
 		{qdotRowsT3Q8_0AVX512VNNI, qdotRowsT3Q4_0AVX512VNNI},
 		{qdotRowsT4Q8_0AVX512VNNI, qdotRowsT4Q4_0AVX512VNNI},
 	}
-	// Interleaved rows (interleave.go): a row per lane, no horizontal sums.
+	// Interleaved rows (interleave.go): a row per lane, no horizontal sums;
+	// ZMM with AVX512-VNNI, else two YMM halves (VEX VPDPBUSD with AVX-VNNI,
+	// VPMADDUBSW without).
+	avx2Set.qdotX = [2]qdotXFunc{qdotX16Q8_0AVX2, qdotX16Q4_0AVX2}
+	avx512Set.qdotX = avx2Set.qdotX
+	avxvnniSet.qdotX = [2]qdotXFunc{qdotX16Q8_0AVXVNNI, qdotX16Q4_0AVXVNNI}
 	avx512vnniSet.qdotX = [2]qdotXFunc{qdotX16Q8_0AVX512VNNI, qdotX16Q4_0AVX512VNNI}
 	avx512vnniSet.qpackX = [2]func(dst *byte, w unsafe.Pointer, nb int){qpackX16Q8_0AVX512, qpackX16Q4_0AVX512}
 	avx2Set.features = []string{"avx2", "fma", "f16c"}

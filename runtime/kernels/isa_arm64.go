@@ -45,9 +45,10 @@ var dotprodSet = func() *kernelSet {
 	// levels in assembly; the neon set dequantizes to float32 instead.
 	c.qpack = [nq]qpackFunc{qpack8Q8_0NEON, qpack8Q4_0NEON}
 	c.qgemm, c.qrows = qgemmTable(qgemm8x4DOTPROD, c.qpack, true), 8
-	// Interleaved rows (interleave.go): SDOT by element, a row per lane.
-	// Their prefill dequantizes groups to float32 (qrows is 8, not 16).
+	// Interleaved rows (interleave.go): SDOT by element, a row per lane;
+	// prefill packs a group as two of qgemm8x4's eight-row groups.
 	c.qdotX = [2]qdotXFunc{qdotX16Q8_0DOTPROD, qdotX16Q4_0DOTPROD}
+	c.qpackX = [2]func(dst *byte, w unsafe.Pointer, nb int){qpackX16Q8_0NEON, qpackX16Q4_0NEON}
 	return &c
 }()
 

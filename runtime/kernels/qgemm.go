@@ -48,7 +48,7 @@ func (ks *kernelSet) intPrefill(w Mat) bool {
 	}
 	if w.DType.Interleaved() { // packed from the file's groups (interleave.go)
 		q := qIndex(w.DType.Base())
-		return ks.qrows == xrows && ks.qpackX[q] != nil && ks.qgemm[q] != nil
+		return ks.qpackX[q] != nil && ks.qgemm[q] != nil
 	}
 	return ks.qgemm[qIndex(w.DType)] != nil
 }
@@ -57,7 +57,8 @@ func (ks *kernelSet) intPrefill(w Mat) bool {
 // cols columns into.
 func (ks *kernelSet) qgemmScratch(cols int) int {
 	nb := cols / 32
-	return (ks.qgemmRows(nb)*nb*qpackStride/8 + 3) / 4
+	rows := (ks.qgemmRows(nb) + xrows - 1) / xrows * xrows // interleaved rows pack whole groups
+	return (rows*nb*qpackStride/8 + 3) / 4
 }
 
 // qmatMulInt is qmatMulRange in integers: rows [lo, hi) of w by T tokens of
@@ -78,16 +79,38 @@ func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, 
 		ks.qdotRows[q](unsafe.Add(base, r0*rb), rb, nil, &xq[t*nq], &xd[t*nd], C/qBlockElems[q], n, &dst[t*R+r0], 0)
 	}
 	block := ks.qgemmRows(nb)
+	full := R // rows before the plain tail of interleaved rows
+	if x16 {
+		full = R / xrows * xrows
+		block = (block + xrows - 1) / xrows * xrows // eight-row groups in pairs
+	}
+	// pack packs the G rows from row as packed group g: an interleaved
+	// group's by qpackX (with G = 8 both halves, groups g and g+1), plain
+	// rows by qpack.
+	pack1 := func(g, row int) {
+		switch {
+		case !x16 || row >= full:
+			ks.qpack[q](&pack[g*gstride], unsafe.Add(base, row*rb), rb, nb)
+		case G == xrows || row%xrows == 0:
+			ks.qpackX[q](&pack[g*gstride], unsafe.Add(base, row*rb), nb)
+		}
+	}
+	// xdots is dots with interleaved rows through the set's qdotX.
+	xdots := func(r0, n, t int) {
+		if m := min(r0+n, full) - r0; x16 && m > 0 {
+			ks.xdot(q)(unsafe.Add(base, r0*rb), nb, &xq[t*nq], &xd[t*nd], m/xrows, &dst[t*R+r0])
+			r0, n = r0+m, n-m
+		}
+		if n > 0 {
+			dots(r0, n, t)
+		}
+	}
 	whole := func(n int) int { return n / G * G }
 	r0 := lo
 	for ; hi-r0 >= G; r0 += min(block, whole(hi-r0)) {
 		ng := min(block, whole(hi-r0)) / G
 		for g := range ng {
-			if x16 {
-				ks.qpackX[q](&pack[g*gstride], unsafe.Add(base, (r0+G*g)*rb), nb)
-				continue
-			}
-			ks.qpack[q](&pack[g*gstride], unsafe.Add(base, (r0+G*g)*rb), rb, nb)
+			pack1(g, r0+G*g)
 		}
 		// While the tokens go over these rows, the kernel calls prefetch
 		// the next ones, nb lines each, in order (the last lines again
@@ -108,11 +131,7 @@ func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, 
 			}
 		}
 		for ; t < T; t++ {
-			if x16 {
-				ks.xdot(q)(unsafe.Add(base, r0*rb), nb, &xq[t*nq], &xd[t*nd], ng, &dst[t*R+r0])
-				continue
-			}
-			dots(r0, G*ng, t)
+			xdots(r0, G*ng, t)
 		}
 	}
 	if r0 < hi {

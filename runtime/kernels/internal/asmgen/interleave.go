@@ -236,3 +236,210 @@ func neonQdotX16(g *gen, q qtype) {
 	g.i("RET")
 	g.p("")
 }
+
+// qdotX16YMM is qdotX16 on YMM registers for the AVX2 sets (vnni "": the
+// four products of a lane by VPMADDUBSW then VPMADDWD by ones; Q8_0's
+// signed values through VPABSB/VPSIGNB, as the row kernels do) and for
+// AVX-VNNI (vnni "AVXVNNI": VEX VPDPBUSD, Q8_0's sign bits flipped and
+// 16·c off per block, as the ZMM form). A chunk's 64 bytes are two YMM
+// halves, rows 0–7 and 8–15: Y2/Y3 their int32 sums, Y0/Y1 their float32
+// results; x's eight element groups broadcast in Y6..Y13 (the VEX form has
+// no broadcast operand).
+func qdotX16YMM(g *gen, q qtype, vnni string) {
+	x := x86{name: "AVX2", r: "Y"}
+	name := "qdotX16" + q.name + "AVX2"
+	if vnni != "" {
+		name = "qdotX16" + q.name + vnni
+	}
+	x.text(g, name, 48, "(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)")
+	g.i("MOVQ w+0(FP), SI")
+	g.i("MOVQ nb+8(FP), R9")
+	g.i("MOVQ ng+32(FP), BX")
+	g.i("MOVQ dst+40(FP), DI")
+	g.i("TESTQ R9, R9")
+	g.i("JEQ zero")
+	switch {
+	case q.name == "Q4_0":
+		g.i("MOVL $0x0f0f0f0f, AX")
+	case vnni != "":
+		g.i("MOVL $0x80808080, AX")
+	default:
+		g.i("MOVL $0x00010001, AX") // int16 ones for VPMADDWD
+	}
+	g.i("VMOVD AX, X15")
+	g.i("VPBROADCASTD X15, Y15")
+	if q.name == "Q4_0" && vnni == "" {
+		g.i("MOVL $0x00010001, AX")
+		g.i("VMOVD AX, X14")
+		g.i("VPBROADCASTD X14, Y14")
+	}
+	if q.name == "Q8_0" && vnni != "" {
+		g.i("MOVL $0x41800000, AX") // 16.0
+		g.i("VMOVD AX, X14")
+		g.i("VBROADCASTSS X14, Y14")
+	}
+	ones := 15
+	if q.name == "Q4_0" {
+		ones = 14
+	}
+	g.p("group:")
+	g.i("MOVQ xq+16(FP), R8")
+	g.i("MOVQ xd+24(FP), R11")
+	g.i("LEAQ (R11)(R9*4), R10")
+	g.i("MOVQ R9, CX")
+	g.i("VXORPS Y0, Y0, Y0")
+	g.i("VXORPS Y1, Y1, Y1")
+	g.p("block:")
+	g.i("VPXOR Y2, Y2, Y2")
+	g.i("VPXOR Y3, Y3, Y3")
+	for e := 0; e < 8; e++ {
+		g.i("VPBROADCASTD %d(R8), Y%d", 4*e, 6+e)
+	}
+	// add the four products of lanes u (unsigned) by x group e to acc
+	prod := func(acc, u, e int) {
+		if vnni != "" {
+			g.i(vpdpbusdVEX(acc, u, 6+e))
+			return
+		}
+		g.i("VPMADDUBSW Y%d, Y%d, Y%d", 6+e, u, u)
+		g.i("VPMADDWD Y%d, Y%d, Y%d", ones, u, u)
+		g.i("VPADDD Y%d, Y%d, Y%d", u, acc, acc)
+	}
+	for h := 0; h < 2; h++ {
+		acc := 2 + h
+		if q.name == "Q4_0" {
+			for j := 0; j < 4; j++ {
+				g.i("VMOVDQU %d(SI), Y4", 32+64*j+32*h)
+				g.i("VPSRLW $4, Y4, Y5")
+				g.i("VPAND Y4, Y15, Y4")
+				g.i("VPAND Y5, Y15, Y5")
+				prod(acc, 4, 2*j)
+				prod(acc, 5, 2*j+1)
+			}
+			continue
+		}
+		for k := 0; k < 8; k++ {
+			if vnni != "" {
+				g.i("VPXOR %d(SI), Y15, Y4", 32+64*k+32*h)
+				prod(acc, 4, k)
+				continue
+			}
+			g.i("VMOVDQU %d(SI), Y5", 32+64*k+32*h)
+			g.i("VPABSB Y5, Y4")
+			g.i("VPSIGNB Y5, Y%d, Y5", 6+k) // x·sign(w)
+			g.i("VPMADDUBSW Y5, Y4, Y4")
+			g.i("VPMADDWD Y15, Y4, Y4")
+			g.i("VPADDD Y4, Y%d, Y%d", acc, acc)
+		}
+	}
+	g.i("VBROADCASTSS (R11), Y6")
+	switch {
+	case q.name == "Q4_0":
+		g.i("VBROADCASTSS (R10), Y7")
+	case vnni != "":
+		g.i("VBROADCASTSS (R10), Y7")
+		g.i("VMULPS Y14, Y7, Y7") // 128·d_x·Σq_x
+	}
+	for h := 0; h < 2; h++ {
+		g.i("VCVTDQ2PS Y%d, Y%d", 2+h, 2+h)
+		g.i("VMULPS Y6, Y%d, Y%d", 2+h, 2+h)
+		if q.name == "Q4_0" || vnni != "" {
+			g.i("VSUBPS Y7, Y%d, Y%d", 2+h, 2+h)
+		}
+		g.i("VCVTPH2PS %d(SI), Y8", 16*h)
+		g.i("VFMADD231PS Y%d, Y8, Y%d", 2+h, h)
+	}
+	g.i("ADDQ $%d, SI", xgroupBytes(q))
+	g.i("ADDQ $64, R8")
+	g.i("ADDQ $4, R11")
+	g.i("ADDQ $4, R10")
+	g.i("DECQ CX")
+	g.i("JNE block")
+	g.i("VMOVUPS Y0, (DI)")
+	g.i("VMOVUPS Y1, 32(DI)")
+	g.i("ADDQ $64, DI")
+	g.i("DECQ BX")
+	g.i("JNE group")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("zero:")
+	g.i("VXORPS Y0, Y0, Y0")
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.p("zloop:")
+	g.i("VMOVUPS Y0, (DI)")
+	g.i("VMOVUPS Y0, 32(DI)")
+	g.i("ADDQ $64, DI")
+	g.i("DECQ BX")
+	g.i("JNE zloop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// neonQpackX16 is qpackX16 for the dotprod set's eight-row layout
+// (neonQpack8's: d_w, m_w = 0, signed levels): one interleaved group's nb
+// block columns at w become two packed eight-row groups, rows 0–7 at dst
+// and rows 8–15 at dst + 320·nb. A chunk's first 32 bytes are rows 0–7,
+// its last 32 rows 8–15, so no transposes: Q4_0's nibbles − 8, Q8_0's
+// values as they are.
+func neonQpackX16(g *gen, q qtype) {
+	name := "qpackX16" + q.name + "NEON"
+	neonText(g, name, 24, "(dst *byte, w unsafe.Pointer, nb int)")
+	g.i("MOVD dst+0(FP), R0")
+	g.i("MOVD w+8(FP), R4")
+	g.i("MOVD nb+16(FP), R3")
+	g.i("MOVD $%d, R5", qpackStride)
+	g.i("MUL R3, R5, R5")
+	g.i("ADD R0, R5, R1") // rows 8–15
+	g.i("VMOVI $15, V30.B16")
+	g.i("VMOVI $8, V29.B16")
+	zero(g, 31)
+	g.i("CBZ R3, done")
+	g.p("blk:")
+	g.i("VLD1.P 32(R4), [V0.B16, V1.B16]")
+	g.i(fcvtl(2, 0))
+	g.i(fcvtl2(3, 0))
+	g.i(fcvtl(4, 1))
+	g.i(fcvtl2(5, 1))
+	g.i("VST1 [V2.S4, V3.S4], (R0)")
+	g.i("VST1 [V4.S4, V5.S4], (R1)")
+	for h := 0; h < 2; h++ {
+		g.i("FMOVQ F31, %d(R%d)", 32, h)
+		g.i("FMOVQ F31, %d(R%d)", 48, h)
+	}
+	chunks := 8
+	if q.name == "Q4_0" {
+		chunks = 4
+	}
+	for c := 0; c < chunks; c++ {
+		g.i("VLD1.P 64(R4), [V8.B16, V9.B16, V10.B16, V11.B16]")
+		for h := 0; h < 2; h++ {
+			a, b := 8+2*h, 9+2*h
+			if q.name == "Q8_0" {
+				g.i("FMOVQ F%d, %d(R%d)", a, 64+32*c, h)
+				g.i("FMOVQ F%d, %d(R%d)", b, 64+32*c+16, h)
+				continue
+			}
+			for i, v := range []int{a, b} {
+				g.i("VAND V30.B16, V%d.B16, V%d.B16", v, 12+i)
+				g.i("VUSHR $4, V%d.B16, V%d.B16", v, 14+i)
+			}
+			for i := 12; i < 16; i++ {
+				g.i("VSUB V29.B16, V%d.B16, V%d.B16", i, i)
+			}
+			g.i("FMOVQ F12, %d(R%d)", 64+64*c, h) // group 2c: low nibbles
+			g.i("FMOVQ F13, %d(R%d)", 64+64*c+16, h)
+			g.i("FMOVQ F14, %d(R%d)", 64+64*c+32, h) // group 2c+1: high
+			g.i("FMOVQ F15, %d(R%d)", 64+64*c+48, h)
+		}
+	}
+	g.i("ADD $%d, R0, R0", qpackStride)
+	g.i("ADD $%d, R1, R1", qpackStride)
+	g.i("SUBS $1, R3, R3")
+	g.i("BNE blk")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}

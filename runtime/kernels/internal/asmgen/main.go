@@ -193,6 +193,8 @@ func amd64(g *gen) {
 			for _, q := range qtypes {
 				qpack8(g, q, 8)
 				qpack8(g, q, 16)
+				qdotX16YMM(g, q, "")
+				qdotX16YMM(g, q, "AVXVNNI")
 			}
 			for _, q := range q5types {
 				qpack8Q5(g, q, 8)
@@ -1296,6 +1298,7 @@ func arm64(g *gen) {
 	for _, q := range qtypes {
 		neonQpack8(g, q)
 		neonQdotX16(g, q)
+		neonQpackX16(g, q)
 	}
 	neonQgemm8x4(g)
 	neonKaccumK4(g, false)
