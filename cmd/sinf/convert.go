@@ -22,7 +22,7 @@ func convertCommand() *cli.Command {
 		Name:  "convert",
 		Usage: "write a slim .sinf file keeping gamma·N FFN neurons per layer in range (base first)",
 		UsageText: "sinf convert --model DIR --task-scores FILE --model-scores FILE [--gamma 0.7] [--delta 0.3]\n" +
-			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q4_k|q5_k|q6_k [--head-dtype D] [--embed-dtype D]]\n" +
+			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q4_k|q5_k|q6_k [--head-dtype D] [--embed-dtype D] [--interleave]]\n" +
 			"   [--random [--seed S]] [--reconstruct none|bias|refit|both [--reconstruct-data tinystories] [--reconstruct-limit N]]\n" +
 			"   [--predictor none|sketch] [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
 		Flags: []cli.Flag{
