@@ -76,31 +76,7 @@ func qdotX16(g *gen, q qtype) {
 	}
 	g.i("VCVTPH2PS (SI), Z6")
 	g.i("VFMADD231PS Z1, Z6, Z0")
-	g.i("ADDQ $%d, SI", xgroupBytes(q))
-	g.i("ADDQ $64, R8")
-	g.i("ADDQ $4, R11")
-	g.i("ADDQ $4, R10")
-	g.i("DECQ CX")
-	g.i("JNE block")
-	g.i("VMOVUPS Z0, (DI)")
-	g.i("ADDQ $64, DI")
-	g.i("DECQ BX")
-	g.i("JNE group")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("zero:") // rows of no blocks: zeros
-	g.i("VPXORD Z0, Z0, Z0")
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	g.p("zloop:")
-	g.i("VMOVUPS Z0, (DI)")
-	g.i("ADDQ $64, DI")
-	g.i("DECQ BX")
-	g.i("JNE zloop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	xdotTail(g, q, "VPXORD", "Z0")
 }
 
 // qpackX16: the nb block columns of one interleaved group at w repacked at
@@ -349,33 +325,7 @@ func qdotX16YMM(g *gen, q qtype, vnni string) {
 		g.i("VCVTPH2PS %d(SI), Y8", 16*h)
 		g.i("VFMADD231PS Y%d, Y8, Y%d", 2+h, h)
 	}
-	g.i("ADDQ $%d, SI", xgroupBytes(q))
-	g.i("ADDQ $64, R8")
-	g.i("ADDQ $4, R11")
-	g.i("ADDQ $4, R10")
-	g.i("DECQ CX")
-	g.i("JNE block")
-	g.i("VMOVUPS Y0, (DI)")
-	g.i("VMOVUPS Y1, 32(DI)")
-	g.i("ADDQ $64, DI")
-	g.i("DECQ BX")
-	g.i("JNE group")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("zero:")
-	g.i("VXORPS Y0, Y0, Y0")
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	g.p("zloop:")
-	g.i("VMOVUPS Y0, (DI)")
-	g.i("VMOVUPS Y0, 32(DI)")
-	g.i("ADDQ $64, DI")
-	g.i("DECQ BX")
-	g.i("JNE zloop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	xdotTail(g, q, "VXORPS", "Y0", "Y1")
 }
 
 // neonQpackX16 is qpackX16 for the dotprod set's eight-row layout
@@ -440,6 +390,48 @@ func neonQpackX16(g *gen, q qtype) {
 	g.i("SUBS $1, R3, R3")
 	g.i("BNE blk")
 	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// xdotTail ends the x86 qdotX16 kernels: the next block and group, each
+// group's sixteen sums stored from regs (Z0, or Y0 and Y1), and the zeros
+// stored for rows of no blocks (zero: the zeroing instruction).
+func xdotTail(g *gen, q qtype, zero string, regs ...string) {
+	store := func(r0 string) {
+		for i := range regs {
+			src := regs[i]
+			if r0 != "" {
+				src = r0
+			}
+			if i == 0 {
+				g.i("VMOVUPS %s, (DI)", src)
+			} else {
+				g.i("VMOVUPS %s, %d(DI)", src, 32*i)
+			}
+		}
+		g.i("ADDQ $64, DI")
+		g.i("DECQ BX")
+	}
+	g.i("ADDQ $%d, SI", xgroupBytes(q))
+	g.i("ADDQ $64, R8")
+	g.i("ADDQ $4, R11")
+	g.i("ADDQ $4, R10")
+	g.i("DECQ CX")
+	g.i("JNE block")
+	store("")
+	g.i("JNE group")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("zero:") // rows of no blocks: zeros
+	g.i("%s %s, %s, %s", zero, regs[0], regs[0], regs[0])
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.p("zloop:")
+	store(regs[0])
+	g.i("JNE zloop")
+	g.p("done:")
+	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
 }
