@@ -57,7 +57,7 @@ type Options struct {
 	// reads per token; hidden_size must be a multiple of 32.
 	Sketch bool
 	// Interleave stores the Q8_0/Q4_0 matrices a decode step reads whole
-	// (attention projections, an untied lm_head, the FFN of layers outside
+	// (attention projections, the head, tied or not, the FFN of layers outside
 	// the sliced range) with their rows interleaved by sixteen (Q8_0X16,
 	// Q4_0X16; spec §5.4), the layout of the CPU's AVX512-VNNI kernels.
 	Interleave bool

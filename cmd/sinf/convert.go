@@ -40,7 +40,7 @@ func convertCommand() *cli.Command {
 				"(output projection, v_proj and down_proj of some layers Q6_K) and its fallbacks for rows that are not whole 256-blocks (spec §5.3)"},
 			&cli.StringFlag{Name: "head-dtype", Usage: "dtype of lm_head (or of the tied embedding), overriding the --dtype default"},
 			&cli.StringFlag{Name: "embed-dtype", Usage: "dtype of an untied model.embed_tokens, overriding the --dtype default"},
-			&cli.BoolFlag{Name: "interleave", Usage: "with --dtype q8_0 or q4_0: store the matrices a decode step reads whole (attention, an untied lm_head, the FFN of unsliced layers) with rows interleaved by 16 (Q8_0X16/Q4_0X16, spec §5.4), for the CPU kernels that take a row per register lane (x86-64 AVX2/AVX-VNNI/AVX512-VNNI, arm64 dotprod; an arm64 CPU without dotprod runs portable code, slower than row-major; the CUDA backend refuses them)"},
+			&cli.BoolFlag{Name: "interleave", Usage: "with --dtype q8_0 or q4_0: store the matrices a decode step reads whole (attention, the head, tied or not, the FFN of unsliced layers) with rows interleaved by 16 (Q8_0X16/Q4_0X16, spec §5.4), for the CPU kernels that take a row per register lane (x86-64 AVX2/AVX-VNNI/AVX512-VNNI, arm64 dotprod; an arm64 CPU without dotprod runs portable code, slower than row-major; the CUDA backend refuses them)"},
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
 			&cli.BoolFlag{Name: "weight-aware", Usage: "rank neurons by score × ‖down_proj column‖ (their contribution to the output) instead of the score alone"},

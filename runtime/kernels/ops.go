@@ -10,7 +10,10 @@ import (
 // For block-quantized w (Q8_0, Q4_0, …, the K-quants), x is first quantized to int8 blocks of
 // 32 (quant.go, as GGML does; for the K-quants with one scale per 256, as
 // GGML's Q8_K), so each product also carries x's rounding: at most max|x| of
-// its block (K-quants: of its 256) / 254 per element.
+// its block (K-quants: of its 256) / 254 per element. w may have
+// interleaved rows (Q8_0X16, Q4_0X16; spec §5.4, interleave.go); the
+// gathered and neuron-row products (MatVecRows, AddRows, MatMulRowsT) panic
+// on them.
 func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 	checkMatX(w)
 	checkLen("MatVec x", x, w.Cols)
@@ -128,7 +131,8 @@ const minSplitTerms = 32
 
 // MatMul computes dst[t,r] = Σ_c W[r,c]·X[t,c] for t < T: the prefill form of
 // MatVec. Shapes: x [T, w.Cols], dst [T, w.Rows], both row-major. Tokens are
-// split across the pool's workers when there are enough, else rows.
+// split across the pool's workers when there are enough, else rows. w may
+// have interleaved rows (Q8_0X16, Q4_0X16; spec §5.4), as for MatVec.
 func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 	checkMatX(w)
 	checkLen("MatMul x", x, T*w.Cols)
