@@ -48,12 +48,8 @@ func MatVecBatch(p *Pool, dst []float32, w Mat, x []float32, B int) {
 	}
 	checkLen("MatVecBatch x", x, B*w.Cols)
 	checkLen("MatVecBatch dst", dst, B*w.Rows)
-	if B == 1 || w.DType.Interleaved() {
-		// the same result, without the blocks (interleaved rows have no
-		// multi-token kernels: one MatVec a token)
-		for t := range B {
-			MatVec(p, dst[t*w.Rows:(t+1)*w.Rows], w, x[t*w.Cols:(t+1)*w.Cols])
-		}
+	if B == 1 {
+		MatVec(p, dst, w, x) // the same result, without the blocks
 		return
 	}
 	j := job{op: opMatVecBatch, ks: active, w: w, dst: dst, x: x, t: B}
@@ -87,7 +83,7 @@ func batchT(left int, kern func(T int) bool) int {
 // batchQ reports whether the job's MatVecBatch runs multi-token qdotRowsB
 // kernels, and their q index.
 func (j *job) batchQ() (int, bool) {
-	if !j.w.DType.Quantized() || j.w.Cols == 0 {
+	if !j.w.DType.Quantized() || j.w.Cols == 0 || j.w.DType.Interleaved() { // interleaved: xbatchRows
 		return 0, false
 	}
 	q := qIndex(j.w.DType)
@@ -230,6 +226,9 @@ func (j *job) batchDo(lo, hi int, c int) {
 	case opMatVecBatch: // [lo, hi) are rows, in blocks of a multiple of four from lo (dot4's groups)
 		t0 := j.batchRows(lo, hi)
 		step := max(4, batchBlockBytes/max(w.RowBytes(), 1)/4*4)
+		if w.DType.Interleaved() {
+			step = (step + xrows - 1) / xrows * xrows // whole groups
+		}
 		nq, nd := len(j.xq)/B, len(j.xd)/B
 		for r0 := lo; r0 < hi && t0 < B; r0 += step {
 			r1 := min(r0+step, hi)
@@ -325,6 +324,9 @@ func (j *job) batchRows(lo, hi int) int {
 	R, C, rb := w.Rows, w.Cols, w.RowBytes()
 	if hi <= lo || C == 0 {
 		return 0
+	}
+	if w.DType.Interleaved() {
+		return j.xbatchRows(lo, hi)
 	}
 	base := unsafe.Add(dataPtr(w), lo*rb)
 	done := 0

@@ -359,6 +359,15 @@ func qaxpy4BQ8_0AVX512(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsa
 func qdotX16Q8_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
 
 //go:noescape
+func qdotX16T2Q8_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T3Q8_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T4Q8_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
 func qpackX16Q8_0AVX512(dst *byte, w unsafe.Pointer, nb int)
 
 //go:noescape
@@ -378,6 +387,15 @@ func qaxpy4BQ4_0AVX512(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsa
 
 //go:noescape
 func qdotX16Q4_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qdotX16T2Q4_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T3Q4_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T4Q4_0AVX512VNNI(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
 
 //go:noescape
 func qpackX16Q4_0AVX512(dst *byte, w unsafe.Pointer, nb int)

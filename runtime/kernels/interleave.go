@@ -178,3 +178,31 @@ func xgroupRow(dst []float32, grp []byte, i int, d format.DType) {
 		}
 	}
 }
+
+// xbatchRows is batchRows on interleaved rows [lo, hi) (lo a multiple of
+// sixteen): the tokens the set's qdotXB kernels take, in batchT's groups,
+// over the whole groups, and the plain tail rows of those tokens by
+// qdotRows; it returns how many tokens it did.
+func (j *job) xbatchRows(lo, hi int) int {
+	w, B, ks := j.w, j.t, j.ks
+	q := qIndex(w.DType.Base())
+	R, nb, rb := w.Rows, w.Cols/32, w.RowBytes()
+	full := R / xrows * xrows
+	nq, nd := len(j.xq)/B, len(j.xd)/B
+	done := 0
+	for {
+		T := batchT(B-done, func(T int) bool { return ks.qdotXB[T-2][q] != nil })
+		if T == 0 {
+			return done
+		}
+		if g := min(hi, full); lo < g {
+			ks.qdotXB[T-2][q](unsafe.Add(dataPtr(w), lo*rb), nb, &j.xq[done*nq], nq, &j.xd[done*nd], 4*nd, (g-lo)/xrows, &j.dst[done*R+lo], 4*R)
+		}
+		for t := done; t < done+T; t++ {
+			if r := max(lo, full); r < hi {
+				ks.qdotRows[q](unsafe.Add(dataPtr(w), r*rb), rb, nil, &j.xq[t*nq], &j.xd[t*nd], nb, hi-r, &j.dst[t*R+r], 0)
+			}
+		}
+		done += T
+	}
+}

@@ -37,7 +37,7 @@ func TestInterleavedProducts(t *testing.T) {
 					rows, cols := sh[0], sh[1]
 					m := randQMat(t, rng, dt, rows, cols)
 					w := xMat(t, m)
-					for _, T := range []int{1, 3, 4, 9, 37} {
+					for _, T := range []int{1, 2, 3, 4, 9, 37} { // MatVecBatch: every multi-token kernel
 						x := randVec(rng, T*cols)
 						dst := make([]float32, T*rows)
 						MatMul(p, dst, w, x, T)

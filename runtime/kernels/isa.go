@@ -135,6 +135,11 @@ type kernelSet struct {
 	// nb blocks a row, x as quantizeX leaves it: row i of group g's sum at
 	// dst[16g+i].
 	qdotX [2]qdotXFunc
+	// qdotXB[T−2][q] is qdotX for T tokens at once (MatVecBatch): token
+	// t's x at xq + t·xstride and xd + t·xdstride bytes, its sums at dst
+	// + t·dstride bytes; each chunk unpacked once for all T, each token's
+	// sums qdotX's bit for bit.
+	qdotXB [3][2]qdotXBFunc
 	// qpackX[q] repacks one interleaved group's nb block columns at w in
 	// qgemm's layout at dst: one sixteen-row group (qrows 16), or two
 	// eight-row ones, rows 8–15 at dst + qpackStride·nb (qrows 8).
@@ -144,6 +149,10 @@ type kernelSet struct {
 // qdotXFunc is the type of a set's interleaved decode kernels
 // (kernelSet.qdotX).
 type qdotXFunc = func(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+// qdotXBFunc is the type of a set's multi-token interleaved decode kernels
+// (kernelSet.qdotXB).
+type qdotXBFunc = func(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
 
 // dotRowsBFunc and qdotRowsBFunc are the types of a set's multi-token decode
 // kernels (kernelSet.dotRowsB, qdotRowsB).

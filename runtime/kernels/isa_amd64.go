@@ -162,6 +162,11 @@ func init() {
 	avx512Set.qdotX = avx2Set.qdotX
 	avxvnniSet.qdotX = [2]qdotXFunc{qdotX16Q8_0AVXVNNI, qdotX16Q4_0AVXVNNI}
 	avx512vnniSet.qdotX = [2]qdotXFunc{qdotX16Q8_0AVX512VNNI, qdotX16Q4_0AVX512VNNI}
+	avx512vnniSet.qdotXB = [3][2]qdotXBFunc{
+		{qdotX16T2Q8_0AVX512VNNI, qdotX16T2Q4_0AVX512VNNI},
+		{qdotX16T3Q8_0AVX512VNNI, qdotX16T3Q4_0AVX512VNNI},
+		{qdotX16T4Q8_0AVX512VNNI, qdotX16T4Q4_0AVX512VNNI},
+	}
 	avx512vnniSet.qpackX = [2]func(dst *byte, w unsafe.Pointer, nb int){qpackX16Q8_0AVX512, qpackX16Q4_0AVX512}
 	avx2Set.features = []string{"avx2", "fma", "f16c"}
 	avx512Set.features = []string{"avx2", "fma", "f16c", "avx512f", "avx512bw"}

@@ -751,7 +751,7 @@ func TestSetsComplete(t *testing.T) {
 			if name == "dotRowsB" || name == "qdotRowsB" || name == "qaxpy4B" {
 				continue // optional multi-token kernels: TestBatchEqualsSingle runs those a set has
 			}
-			if name == "qdotX" || name == "qpackX" {
+			if name == "qdotX" || name == "qpackX" || name == "qdotXB" {
 				continue // optional interleaved kernels (the portable ones run instead): TestInterleavedProducts
 			}
 			switch f.Kind() {

@@ -1,5 +1,7 @@
 package main
 
+import "fmt"
+
 // Kernels for the interleaved-rows dtypes Q8_0X16 and Q4_0X16 (spec/sinf.md
 // §5.4; kernels/interleave.go). A group of sixteen rows is stored block
 // column by block column: per block of 32 elements, the sixteen F16 scales
@@ -18,17 +20,35 @@ func xgroupBytes(q qtype) int { return 16 * q.bb }
 // chunk (unsigned weights: Q4_0's levels, Q8_0's values with the sign bit
 // flipped) by four x broadcast adds four products to every row's lane; the
 // offsets (Q4_0's −8, Q8_0's +128) come off per block as multiples of
-// xd[nb+b]. The rows need no horizontal sum.
-func qdotX16(g *gen, q qtype) {
+// xd[nb+b]. The rows need no horizontal sum. With T > 1 (qdotX16T<T>, the
+// multi-token form of MatVecBatch) each chunk is unpacked once for T tokens,
+// token t's x at xq + t·xstride, its xd at xd + t·xdstride and its sums at
+// dst + t·dstride bytes; every token keeps the single-token kernel's
+// accumulators and order, so its sums are that kernel's bit for bit.
+func qdotX16(g *gen, q qtype, T int) {
 	x := x86{name: "AVX512", r: "Z"}
 	name := "qdotX16" + q.name + "AVX512VNNI"
-	x.text(g, name, 48, "(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)")
+	sig, args := "(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)", 48
+	if T > 1 {
+		name = fmt.Sprintf("qdotX16T%d%sAVX512VNNI", T, q.name)
+		sig, args = "(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)", 72
+	}
+	x.text(g, name, args, sig)
+	arg := func(n string) string { // a 1-token and T-token argument's offset
+		off := map[string][2]int{"xq": {16, 16}, "xstride": {0, 24}, "xd": {24, 32}, "xdstride": {0, 40}, "ng": {32, 48}, "dst": {40, 56}, "dstride": {0, 64}}[n]
+		if T > 1 {
+			return fmt.Sprintf("%s+%d(FP)", n, off[1])
+		}
+		return fmt.Sprintf("%s+%d(FP)", n, off[0])
+	}
+	xp := []string{"R8", "R12", "R13", "R14"}[:T]    // token t's x
+	xdp := []string{"R11", "R10", "R15", "DX"}[:T]   // its xd; xd[nb+b] at (xdp)(R9*4)
+	fa := []int{0, 8, 9, 12}[:T]                     // its sums, float32
+	ia := func(t, k int) int { return 16 + 4*t + k } // its four int32 accumulators
 	g.i("MOVQ w+0(FP), SI")
 	g.i("MOVQ nb+8(FP), R9")
-	g.i("MOVQ ng+32(FP), BX")
-	g.i("MOVQ dst+40(FP), DI")
-	g.i("TESTQ R9, R9")
-	g.i("JEQ zero")
+	g.i("MOVQ %s, BX", arg("ng"))
+	g.i("MOVQ %s, DI", arg("dst"))
 	if q.name == "Q4_0" {
 		g.i("MOVL $0x0f0f0f0f, AX")
 	} else {
@@ -37,16 +57,30 @@ func qdotX16(g *gen, q qtype) {
 		g.i("VPBROADCASTD DX, Z14")
 	}
 	g.i("VPBROADCASTD AX, Z15")
+	if T > 1 {
+		g.i("MOVQ %s, AX", arg("dstride"))
+	}
+	g.i("TESTQ R9, R9")
+	g.i("JEQ zero")
 	g.p("group:")
-	g.i("MOVQ xq+16(FP), R8")
-	g.i("MOVQ xd+24(FP), R11")
-	g.i("LEAQ (R11)(R9*4), R10") // xd[nb+b]
+	for i, ps := range [][]string{xp, xdp} {
+		g.i("MOVQ %s, %s", arg([]string{"xq", "xd"}[i]), ps[0])
+		if T > 1 {
+			g.i("MOVQ %s, CX", arg([]string{"xstride", "xdstride"}[i]))
+		}
+		for t := 1; t < T; t++ {
+			g.i("LEAQ (%s)(CX*1), %s", ps[t-1], ps[t])
+		}
+	}
 	g.i("MOVQ R9, CX")
-	g.i("VPXORD Z0, Z0, Z0")
-	acc := []int{1, 2, 10, 11}
+	for _, f := range fa {
+		g.i("VPXORD Z%d, Z%d, Z%d", f, f, f)
+	}
 	g.p("block:")
-	for _, a := range acc {
-		g.i("VPXORD Z%d, Z%d, Z%d", a, a, a)
+	for t := range T {
+		for k := 0; k < 4; k++ {
+			g.i("VPXORD Z%[1]d, Z%[1]d, Z%[1]d", ia(t, k))
+		}
 	}
 	if q.name == "Q4_0" {
 		for j := 0; j < 4; j++ {
@@ -54,29 +88,58 @@ func qdotX16(g *gen, q qtype) {
 			g.i("VPSRLW $4, Z3, Z5")
 			g.i("VPANDD Z3, Z15, Z4")
 			g.i("VPANDD Z5, Z15, Z5")
-			g.i("VPDPBUSD.BCST %d(R8), Z4, Z%d", 8*j, acc[(2*j)%4])
-			g.i("VPDPBUSD.BCST %d(R8), Z5, Z%d", 8*j+4, acc[(2*j+1)%4])
+			for t := range T {
+				g.i("VPDPBUSD.BCST %d(%s), Z4, Z%d", 8*j, xp[t], ia(t, (2*j)%4))
+				g.i("VPDPBUSD.BCST %d(%s), Z5, Z%d", 8*j+4, xp[t], ia(t, (2*j+1)%4))
+			}
 		}
 	} else {
 		for k := 0; k < 8; k++ {
 			g.i("VPXORD %d(SI), Z15, Z4", 32+64*k)
-			g.i("VPDPBUSD.BCST %d(R8), Z4, Z%d", 4*k, acc[k%4])
+			for t := range T {
+				g.i("VPDPBUSD.BCST %d(%s), Z4, Z%d", 4*k, xp[t], ia(t, k%4))
+			}
 		}
 	}
-	g.i("VPADDD Z2, Z1, Z1")
-	g.i("VPADDD Z11, Z10, Z10")
-	g.i("VPADDD Z10, Z1, Z1")
-	g.i("VCVTDQ2PS Z1, Z1")
-	g.i("VMULPS.BCST (R11), Z1, Z1")
-	if q.name == "Q4_0" {
-		g.i("VSUBPS.BCST (R10), Z1, Z1") // − 8·d_x·Σq_x
-	} else {
-		g.i("VMULPS.BCST (R10), Z14, Z7") // 128·d_x·Σq_x
-		g.i("VSUBPS Z7, Z1, Z1")
-	}
 	g.i("VCVTPH2PS (SI), Z6")
-	g.i("VFMADD231PS Z1, Z6, Z0")
-	xdotTail(g, q, "VPXORD", "Z0")
+	for t := range T {
+		a0, a1, a2, a3 := ia(t, 0), ia(t, 1), ia(t, 2), ia(t, 3)
+		g.i("VPADDD Z%d, Z%d, Z%d", a1, a0, a0)
+		g.i("VPADDD Z%d, Z%d, Z%d", a3, a2, a2)
+		g.i("VPADDD Z%d, Z%d, Z%d", a2, a0, a0)
+		g.i("VCVTDQ2PS Z%d, Z%d", a0, a0)
+		g.i("VMULPS.BCST (%s), Z%d, Z%d", xdp[t], a0, a0)
+		if q.name == "Q4_0" {
+			g.i("VSUBPS.BCST (%s)(R9*4), Z%d, Z%d", xdp[t], a0, a0) // − 8·d_x·Σq_x
+		} else {
+			g.i("VMULPS.BCST (%s)(R9*4), Z14, Z7", xdp[t]) // 128·d_x·Σq_x
+			g.i("VSUBPS Z7, Z%d, Z%d", a0, a0)
+		}
+		g.i("VFMADD231PS Z%d, Z6, Z%d", a0, fa[t])
+	}
+	xdotTail(g, func() {
+		g.i("ADDQ $%d, SI", xgroupBytes(q))
+		for t := range T {
+			g.i("ADDQ $64, %s", xp[t])
+			g.i("ADDQ $4, %s", xdp[t])
+		}
+	}, func(zero bool) {
+		for t := range T {
+			src := fmt.Sprintf("Z%d", fa[t])
+			if zero {
+				src = "Z0"
+			}
+			switch t {
+			case 0:
+				g.i("VMOVUPS %s, (DI)", src)
+			case 1, 2:
+				g.i("VMOVUPS %s, (DI)(AX*%d)", src, t)
+			case 3:
+				g.i("LEAQ (DI)(AX*2), CX")
+				g.i("VMOVUPS %s, (CX)(AX*1)", src)
+			}
+		}
+	}, "VPXORD Z0, Z0, Z0")
 }
 
 // qpackX16: the nb block columns of one interleaved group at w repacked at
@@ -325,7 +388,19 @@ func qdotX16YMM(g *gen, q qtype, vnni string) {
 		g.i("VCVTPH2PS %d(SI), Y8", 16*h)
 		g.i("VFMADD231PS Y%d, Y8, Y%d", 2+h, h)
 	}
-	xdotTail(g, q, "VXORPS", "Y0", "Y1")
+	xdotTail(g, func() {
+		g.i("ADDQ $%d, SI", xgroupBytes(q))
+		g.i("ADDQ $64, R8")
+		g.i("ADDQ $4, R11")
+		g.i("ADDQ $4, R10")
+	}, func(zero bool) {
+		g.i("VMOVUPS Y0, (DI)")
+		if zero {
+			g.i("VMOVUPS Y0, 32(DI)")
+		} else {
+			g.i("VMOVUPS Y1, 32(DI)")
+		}
+	}, "VXORPS Y0, Y0, Y0")
 }
 
 // neonQpackX16 is qpackX16 for the dotprod set's eight-row layout
@@ -394,41 +469,28 @@ func neonQpackX16(g *gen, q qtype) {
 	g.p("")
 }
 
-// xdotTail ends the x86 qdotX16 kernels: the next block and group, each
-// group's sixteen sums stored from regs (Z0, or Y0 and Y1), and the zeros
-// stored for rows of no blocks (zero: the zeroing instruction).
-func xdotTail(g *gen, q qtype, zero string, regs ...string) {
-	store := func(r0 string) {
-		for i := range regs {
-			src := regs[i]
-			if r0 != "" {
-				src = r0
-			}
-			if i == 0 {
-				g.i("VMOVUPS %s, (DI)", src)
-			} else {
-				g.i("VMOVUPS %s, %d(DI)", src, 32*i)
-			}
-		}
-		g.i("ADDQ $64, DI")
-		g.i("DECQ BX")
-	}
-	g.i("ADDQ $%d, SI", xgroupBytes(q))
-	g.i("ADDQ $64, R8")
-	g.i("ADDQ $4, R11")
-	g.i("ADDQ $4, R10")
+// xdotTail ends the x86 qdotX16 kernels: advance moves to the next block,
+// store stores a group's sixteen sums of every token (zero: the zeros of
+// rows of no blocks, in the register the zero instruction clears), then the
+// next group.
+func xdotTail(g *gen, advance func(), store func(zero bool), zero string) {
+	advance()
 	g.i("DECQ CX")
 	g.i("JNE block")
-	store("")
+	store(false)
+	g.i("ADDQ $64, DI")
+	g.i("DECQ BX")
 	g.i("JNE group")
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("zero:") // rows of no blocks: zeros
-	g.i("%s %s, %s, %s", zero, regs[0], regs[0], regs[0])
+	g.i(zero)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
 	g.p("zloop:")
-	store(regs[0])
+	store(true)
+	g.i("ADDQ $64, DI")
+	g.i("DECQ BX")
 	g.i("JNE zloop")
 	g.p("done:")
 	g.i("VZEROUPPER")

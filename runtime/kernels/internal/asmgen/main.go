@@ -211,7 +211,9 @@ func amd64(g *gen) {
 					qdotRowsBatch(g, q, T)
 				}
 				qaxpy4Batch(g, q)
-				qdotX16(g, q)
+				for T := 1; T <= 4; T++ {
+					qdotX16(g, q, T)
+				}
 				qpackX16(g, q)
 			}
 		}
