@@ -184,6 +184,9 @@ func qdotX16Q8_0AVX2(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, ds
 func qdotX16Q8_0AVXVNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
 
 //go:noescape
+func qpackX16Q8_0AVX2(dst *byte, w unsafe.Pointer, nb int)
+
+//go:noescape
 func qpack8Q4_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
 
 //go:noescape
@@ -194,6 +197,9 @@ func qdotX16Q4_0AVX2(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, ds
 
 //go:noescape
 func qdotX16Q4_0AVXVNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qpackX16Q4_0AVX2(dst *byte, w unsafe.Pointer, nb int)
 
 //go:noescape
 func qpack8Q5_0AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)

@@ -497,3 +497,70 @@ func xdotTail(g *gen, advance func(), store func(zero bool), zero string) {
 	g.i("RET")
 	g.p("")
 }
+
+// qpackX16YMM is qpackX16 for the AVX2 sets' eight-row layout (qpack8's:
+// d_w, m_w, unsigned levels; Q4_0 m_w = d_w, Q8_0 its values with the sign
+// bit flipped and m_w = 16·d_w): one interleaved group's nb block columns
+// at w become two packed eight-row groups, rows 0–7 at dst and rows 8–15 at
+// dst + 320·nb, as neonQpackX16 does. A chunk's halves are the two groups'
+// rows, so no transposes.
+func qpackX16YMM(g *gen, q qtype) {
+	x := x86{name: "AVX2", r: "Y"}
+	name := "qpackX16" + q.name + "AVX2"
+	x.text(g, name, 24, "(dst *byte, w unsafe.Pointer, nb int)")
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ w+8(FP), SI")
+	g.i("MOVQ nb+16(FP), CX")
+	g.i("IMUL3Q $%d, CX, R8", qpackStride)
+	g.i("ADDQ DI, R8") // rows 8–15
+	if q.name == "Q4_0" {
+		g.i("MOVL $0x0f0f0f0f, AX")
+	} else {
+		g.i("MOVL $0x80808080, AX")
+		g.i("MOVL $0x41800000, DX") // 16.0
+		g.i("VMOVD DX, X14")
+		g.i("VBROADCASTSS X14, Y14")
+	}
+	g.i("VMOVD AX, X15")
+	g.i("VPBROADCASTD X15, Y15")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	dsts := []string{"DI", "R8"}
+	for h, d := range dsts {
+		g.i("VCVTPH2PS %d(SI), Y0", 16*h)
+		g.i("VMOVUPS Y0, (%s)", d)
+		if q.name == "Q8_0" {
+			g.i("VMULPS Y14, Y0, Y0")
+		}
+		g.i("VMOVUPS Y0, 32(%s)", d)
+	}
+	if q.name == "Q4_0" {
+		for j := 0; j < 4; j++ {
+			for h, d := range dsts {
+				g.i("VMOVDQU %d(SI), Y3", 32+64*j+32*h)
+				g.i("VPSRLW $4, Y3, Y5")
+				g.i("VPAND Y3, Y15, Y4")
+				g.i("VPAND Y5, Y15, Y5")
+				g.i("VMOVDQU Y4, %d(%s)", 64+64*j, d)
+				g.i("VMOVDQU Y5, %d(%s)", 96+64*j, d)
+			}
+		}
+	} else {
+		for k := 0; k < 8; k++ {
+			for h, d := range dsts {
+				g.i("VPXOR %d(SI), Y15, Y4", 32+64*k+32*h)
+				g.i("VMOVDQU Y4, %d(%s)", 64+32*k, d)
+			}
+		}
+	}
+	g.i("ADDQ $%d, SI", xgroupBytes(q))
+	g.i("ADDQ $%d, DI", qpackStride)
+	g.i("ADDQ $%d, R8", qpackStride)
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}

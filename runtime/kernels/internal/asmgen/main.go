@@ -195,6 +195,7 @@ func amd64(g *gen) {
 				qpack8(g, q, 16)
 				qdotX16YMM(g, q, "")
 				qdotX16YMM(g, q, "AVXVNNI")
+				qpackX16YMM(g, q)
 			}
 			for _, q := range q5types {
 				qpack8Q5(g, q, 8)
