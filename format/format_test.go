@@ -181,6 +181,7 @@ func TestMetadataValidate(t *testing.T) {
 		"task_scores":       func(m *Metadata) { m.Provenance.TaskScores.Digest = "sha256:XYZ" },
 		"provenance.create": func(m *Metadata) { m.Provenance.Created = "yesterday" },
 		"dtype":             func(m *Metadata) { m.DType = 42 },
+		"a tensor layout":   func(m *Metadata) { m.DType = Q4_0X16 },
 	}
 	for want, mod := range cases {
 		m := testMeta()

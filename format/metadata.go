@@ -163,6 +163,9 @@ func (m *Metadata) Validate() error {
 	if m.DType != 0 && !m.DType.Known() {
 		return fmt.Errorf("metadata key dtype: unknown dtype %v", m.DType)
 	}
+	if m.DType.Interleaved() {
+		return fmt.Errorf("metadata key dtype: %v is a tensor layout (spec §5.4); the weights' dtype is %v", m.DType, m.DType.Base())
+	}
 	if s := m.Selection; s != nil {
 		if !(s.Gamma > 0 && s.Gamma <= 1) {
 			return fmt.Errorf("metadata key selection.gamma: %v is not in (0, 1]", s.Gamma)

@@ -178,7 +178,7 @@ func qBatchLayout(dst []byte, ks *kernelSet, q int, xq []int8, xd []float32, nb,
 // in AddRows): AddRows of each a[t], bit for bit. Shapes: a [B, n] with n ≤
 // w.Rows, dst [B, w.Cols].
 func AddRowsBatch(p *Pool, dst []float32, w Mat, a []float32, B int) {
-	checkMat(w)
+	checkMat("AddRowsBatch", w)
 	if B < 1 || len(a)%B != 0 {
 		panic(fmt.Sprintf("kernels: AddRowsBatch of %d coefficients for %d vectors", len(a), B))
 	}

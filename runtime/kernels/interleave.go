@@ -27,7 +27,7 @@ func checkMatX(w Mat) {
 	if w.DType.Interleaved() {
 		w.DType = w.DType.Base() // same bytes per row
 	}
-	checkMat(w)
+	checkMat("", w)
 }
 
 // xdot returns the set's interleaved decode kernel for base table index q,
@@ -198,9 +198,9 @@ func (j *job) xbatchRows(lo, hi int) int {
 		if g := min(hi, full); lo < g {
 			ks.qdotXB[T-2][q](unsafe.Add(dataPtr(w), lo*rb), nb, &j.xq[done*nq], nq, &j.xd[done*nd], 4*nd, (g-lo)/xrows, &j.dst[done*R+lo], 4*R)
 		}
-		for t := done; t < done+T; t++ {
+		for t := done; t < done+T; t++ { // the tail rows, by MatVec's path
 			if r := max(lo, full); r < hi {
-				ks.qdotRows[q](unsafe.Add(dataPtr(w), r*rb), rb, nil, &j.xq[t*nq], &j.xd[t*nd], nb, hi-r, &j.dst[t*R+r], 0)
+				xmatVecRange(ks, j.dst[t*R:(t+1)*R], w, j.xq[t*nq:], j.xd[t*nd:], r, hi)
 			}
 		}
 		done += T

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -64,8 +65,11 @@ func TestInterleavedProducts(t *testing.T) {
 						}
 					}
 					x := randVec(rng, cols)
-					require.Panics(t, func() { MatVecRows(p, make([]float32, 1), w, []int32{0}, x) })
-					require.Panics(t, func() { AddRows(p, make([]float32, cols), w, nil, make([]float32, rows)) })
+					refused := func(op string) string {
+						return fmt.Sprintf("kernels: %s takes row-major rows, not %v (spec §5.4: sliced neuron rows are not interleaved)", op, w.DType)
+					}
+					require.PanicsWithValue(t, refused("MatVecRows"), func() { MatVecRows(p, make([]float32, 1), w, []int32{0}, x) })
+					require.PanicsWithValue(t, refused("AddRows"), func() { AddRows(p, make([]float32, cols), w, nil, make([]float32, rows)) })
 				}
 			}
 		})

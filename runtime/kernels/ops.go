@@ -27,7 +27,7 @@ func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 // form for the selected neuron rows of gate_proj / up_proj (paper §5).
 // Shapes: dst [len(rows)], x [w.Cols]; rows index [0, w.Rows).
 func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
-	checkMat(w)
+	checkMat("MatVecRows", w)
 	checkLen("MatVecRows x", x, w.Cols)
 	checkLen("MatVecRows dst", dst, len(rows))
 	j := job{op: opMatVecRows, ks: active, w: w, dst: dst, x: x, rows: rows}
@@ -95,7 +95,7 @@ func (p *Pool) quantizeX(j *job) {
 // order (so each worker streams whole rows, and the result does not depend on
 // which worker ran which chunk). Terms with a[j] == 0 are skipped.
 func AddRows(p *Pool, dst []float32, w Mat, rows []int32, a []float32) {
-	checkMat(w)
+	checkMat("AddRows", w)
 	checkLen("AddRows dst", dst, w.Cols)
 	n := len(a)
 	if rows == nil {
@@ -164,14 +164,14 @@ func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 // of shape [K, C] (the transposed down_proj) and A [T, K] row-major; dst [T, C].
 // It overwrites dst.
 func MatMulRowsT(p *Pool, dst []float32, w Mat, a []float32, T int) {
-	checkMat(w)
+	checkMat("MatMulRowsT", w)
 	checkLen("MatMulRowsT a", a, T*w.Rows)
 	checkLen("MatMulRowsT dst", dst, T*w.Cols)
 	p.run(job{op: opMatMulT, ks: active, w: w, dst: dst, x: a, t: T}, w.Cols)
 }
 
-func checkMat(w Mat) {
-	refuseInterleaved("this product", w)
+func checkMat(op string, w Mat) {
+	refuseInterleaved(op, w)
 	checkDType(w.DType)
 	if w.Rows < 0 || w.Cols < 0 || len(w.Data) < w.Rows*w.RowBytes() ||
 		w.DType.Quantized() && w.Cols%qBlockElems[qIndex(w.DType)] != 0 {

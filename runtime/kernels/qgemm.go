@@ -95,15 +95,13 @@ func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, 
 			ks.qpackX[q](&pack[g*gstride], unsafe.Add(base, row*rb), nb)
 		}
 	}
-	// xdots is dots with interleaved rows through the set's qdotX.
+	// xdots is dots, interleaved rows through MatVec's xmatVecRange.
 	xdots := func(r0, n, t int) {
-		if m := min(r0+n, full) - r0; x16 && m > 0 {
-			ks.xdot(q)(unsafe.Add(base, r0*rb), nb, &xq[t*nq], &xd[t*nd], m/xrows, &dst[t*R+r0])
-			r0, n = r0+m, n-m
+		if x16 {
+			xmatVecRange(ks, dst[t*R:(t+1)*R], w, xq[t*nq:], xd[t*nd:], r0, r0+n)
+			return
 		}
-		if n > 0 {
-			dots(r0, n, t)
-		}
+		dots(r0, n, t)
 	}
 	whole := func(n int) int { return n / G * G }
 	r0 := lo
