@@ -86,7 +86,7 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 	N := int64(cfg.Intermediate)
 	// A sliced layer stores three rows of hidden weights per kept neuron:
 	// gate_proj and up_proj in the FFN dtype, down_proj.weight_t in it or,
-	// in a K-quant mix, its own (slicedDTypes).
+	// in a K-quant mix, its own (SlicedDTypes).
 	ffnDType := opt.DType
 	if ffnDType == 0 {
 		if t, err := ck.Tensor("model.layers.0.mlp.gate_proj.weight"); err == nil {
@@ -102,7 +102,7 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 		}
 		gu, dt := ffnDType, ffnDType
 		if ffnDType.KQuant() {
-			gu, dt, _, _ = slicedDTypes(opt, l, cfg.Hidden, cfg.Layers)
+			gu, dt = SlicedDTypes(opt, l, cfg.Hidden, cfg.Layers)
 		}
 		rowGU, err1 := gu.RowBytes(cfg.Hidden)
 		rowD, err2 := dt.RowBytes(cfg.Hidden)

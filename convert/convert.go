@@ -58,7 +58,8 @@ type Options struct {
 	Sketch bool
 	// Interleave stores the Q8_0/Q4_0 matrices a decode step reads whole
 	// (attention projections, the head, tied or not, the FFN of layers outside
-	// the sliced range) with their rows interleaved by sixteen (Q8_0X16,
+	// the sliced range, and the sliced layers' gate_proj, which gatefirst
+	// reads whole) with their rows interleaved by sixteen (Q8_0X16,
 	// Q4_0X16; spec §5.4), the layout of the CPU's AVX512-VNNI kernels.
 	Interleave bool
 	Progress   io.Writer // progress bar destination; nil: none
@@ -280,7 +281,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 	if dtype.KQuant() {
 		// The sliced layers' gate_proj and up_proj dtype: the target, or its
 		// fallback when hidden is not whole super-blocks.
-		meta.DType, _, _, _ = slicedDTypes(opt, 0, H, cfg.Layers)
+		meta.DType, _ = SlicedDTypes(opt, 0, H, cfg.Layers)
 	}
 	for _, n := range ck.Names() {
 		t, _ := ck.Tensor(n)
@@ -314,13 +315,12 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 		switch {
 		case sliced && part != "":
 			sdt := dtype
+			if x, ok := format.InterleavedOf(dtype); ok && opt.Interleave && part == "gate" {
+				sdt = x // read whole by gatefirst (spec §5.4)
+			}
 			if dtype.KQuant() {
-				gu, dt, whyGU, whyD := slicedDTypes(opt, layer, H, cfg.Layers)
-				why := whyGU
-				if sdt = gu; part == "down" {
-					sdt, why = dt, whyD
-				}
-				if why != "" {
+				var why string
+				if sdt, why = slicedDType(opt, layer, part, len(k), H, cfg.Layers); why != "" {
 					rep.Fallbacks = append(rep.Fallbacks, why)
 				}
 			}

@@ -113,20 +113,6 @@ func kquantDType(name string, shape []int, dt format.DType, mix, head bool, laye
 	return dt
 }
 
-// slicedDTypes returns the dtypes of a sliced layer's gate_proj/up_proj and
-// down_proj.weight_t (rows of hidden) for the recipe of opt, and why each
-// fell back (empty when it did not).
-func slicedDTypes(opt Options, layer, hidden, layers int) (gateUp, downT format.DType, whyGU, whyD string) {
-	dt := opt.DType
-	if dt == 0 || !dt.KQuant() {
-		return dt, dt, "", ""
-	}
-	shape := []int{0, hidden}
-	gateUp, whyGU = kFallback(format.GateName(layer), shape, kquantDType(format.GateName(layer), shape, dt, opt.Mix, false, layers))
-	downT, whyD = kFallback(format.DownTName(layer), shape, kquantDType(format.DownTName(layer), shape, dt, opt.Mix, false, layers))
-	return
-}
-
 // Recipe is a --dtype choice: a stored weight dtype, and for Q4_K / Q5_K
 // whether it is the _M mix.
 type Recipe struct {
@@ -151,8 +137,23 @@ func (r Recipe) FFNDType(hidden int) format.DType {
 	return dt
 }
 
-// SlicedDTypes is slicedDTypes without the reasons, for tests and tools.
+// slicedDType returns the dtype of a sliced layer's part ("gate", "up" or
+// "down", stored as down_proj.weight_t) of kept rows of hidden elements for
+// the recipe of opt, and why, naming the tensor, when it fell back from what
+// the recipe asks for ("" when it did not; kFallback).
+func slicedDType(opt Options, layer int, part string, kept, hidden, layers int) (format.DType, string) {
+	if opt.DType == 0 || !opt.DType.KQuant() {
+		return opt.DType, ""
+	}
+	name := map[string]string{"gate": format.GateName(layer), "up": format.UpName(layer), "down": format.DownTName(layer)}[part]
+	shape := []int{kept, hidden}
+	return kFallback(name, shape, kquantDType(name, shape, opt.DType, opt.Mix, false, layers))
+}
+
+// SlicedDTypes returns the dtypes of a sliced layer's gate_proj/up_proj and
+// down_proj.weight_t (rows of hidden) for the recipe of opt (slicedDType).
 func SlicedDTypes(opt Options, layer, hidden, layers int) (gateUp, downT format.DType) {
-	gateUp, downT, _, _ = slicedDTypes(opt, layer, hidden, layers)
+	gateUp, _ = slicedDType(opt, layer, "gate", 0, hidden, layers)
+	downT, _ = slicedDType(opt, layer, "down", 0, hidden, layers)
 	return
 }

@@ -196,6 +196,26 @@ func TestConvertKQuantFallback(t *testing.T) {
 	f, _, rep := convertFile(t, ck, opt)
 	require.NotEmpty(t, rep.Fallbacks)
 	require.Equal(t, format.Q5_0, f.Metadata().DType)
+	// Each fallback is reported once, naming the tensor as stored (the
+	// sliced layer's rows: kept × hidden, down_proj as down_proj.weight_t).
+	for _, want := range []string{
+		"model.layers.1.mlp.gate_proj.weight [384 128]: rows of 128 are not whole Q4_K blocks of 256, stored Q5_0",
+		"model.layers.1.mlp.up_proj.weight [384 128]: rows of 128 are not whole Q4_K blocks of 256, stored Q5_0",
+		"model.layers.1.mlp.down_proj.weight_t [384 128]: rows of 128 are not whole Q6_K blocks of 256, stored Q8_0",
+		"model.layers.0.mlp.down_proj.weight [128 384]: rows of 384 are not whole Q4_K blocks of 256, stored Q5_0",
+	} {
+		require.Contains(t, rep.Fallbacks, want)
+	}
+	seen := map[string]bool{}
+	for _, fb := range rep.Fallbacks {
+		name, _, _ := strings.Cut(fb, " ")
+		require.False(t, seen[name], "%s reported twice", name)
+		seen[name] = true
+		ti, ok := f.Info(name)
+		require.True(t, ok, fb)
+		require.Contains(t, fb, fmt.Sprintf("%s %v: ", name, ti.Shape))
+		require.True(t, strings.HasSuffix(fb, "stored "+ti.DType.String()), fb)
+	}
 	for _, ti := range f.Tensors() {
 		want := format.Q5_0
 		switch {

@@ -113,15 +113,15 @@ func (f *File) ValidateSelection() error {
 			switch {
 			case !t.DType.Weight():
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v is not a weight dtype (F32, F16, BF16 or a block dtype)", t.DType)
-			case t.DType.Interleaved():
-				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v: a sliced layer's neurons are whole rows, not interleaved (spec §5.4)", t.DType)
+			case t.DType.Interleaved() && name != GateName(l.Layer):
+				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v: a sliced layer's up_proj and down_proj.weight_t are whole rows, not interleaved (spec §5.4)", t.DType)
 			case mixed:
-			case f.meta.DType != 0 && t.DType != f.meta.DType:
+			case f.meta.DType != 0 && t.DType.Base() != f.meta.DType:
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v, metadata dtype is %v", t.DType, f.meta.DType)
 			case dt != 0 && t.DType != dt:
 				return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q dtype", name), "%v, the layer's gate_proj is %v", t.DType, dt)
 			}
-			dt = t.DType
+			dt = t.DType.Base() // an interleaved gate_proj: up_proj has its base
 		}
 		if t, ok := f.Info(DownName(l.Layer)); ok {
 			return errorf(f.path, t.entryOff, fmt.Sprintf("tensor %q", t.Name), "a sliced layer stores down_proj.weight_t, not down_proj.weight")

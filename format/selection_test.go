@@ -169,3 +169,51 @@ func TestFFNBias(t *testing.T) {
 	require.NoError(t, err)
 	requireFormatError(t, f.ValidateSelection(), `tensor "model.layers.0.mlp.down_proj.bias"`, "want F32 [4]", "s.sinf")
 }
+
+// TestValidateSelectionInterleaved: a sliced layer's gate_proj may be stored
+// interleaved (spec §5.4, §6.2), its up_proj and down_proj.weight_t may not.
+func TestValidateSelectionInterleaved(t *testing.T) {
+	m := testMeta()
+	m.Config = json.RawMessage(`{"model_type":"llama","hidden_size":32,"intermediate_size":6,"num_hidden_layers":2}`)
+	m.DType = Q4_0
+	ib := make([]byte, 12)
+	for i, v := range []uint32{5, 0, 2} {
+		binary.LittleEndian.PutUint32(ib[4*i:], v)
+	}
+	q := func(name string, dt DType, rows int) sample {
+		return sample{name, dt, []int{rows, 32}, make([]byte, 18*rows)}
+	}
+	ts := func(gate, up, down DType) []sample {
+		return []sample{
+			q("model.embed_tokens.weight", Q4_0, 8),
+			q(GateName(0), gate, 3), q(UpName(0), up, 3), q(DownTName(0), down, 3),
+			{IndexName(0), I32, []int{3}, ib},
+			q(GateName(1), Q4_0X16, 6), q(UpName(1), Q4_0X16, 6), {DownName(1), F32, []int{32, 6}, make([]byte, 4*32*6)},
+		}
+	}
+	for _, c := range []struct {
+		gate, up, down DType
+		field, msg     string
+	}{
+		{Q4_0, Q4_0, Q4_0, "", ""},
+		{Q4_0X16, Q4_0, Q4_0, "", ""},
+		{Q4_0, Q4_0X16, Q4_0, `"model.layers.0.mlp.up_proj.weight" dtype`, "a sliced layer's up_proj and down_proj.weight_t are whole rows"},
+		{Q4_0X16, Q4_0X16, Q4_0, `"model.layers.0.mlp.up_proj.weight" dtype`, "a sliced layer's up_proj and down_proj.weight_t are whole rows"},
+		{Q4_0, Q4_0, Q4_0X16, `"model.layers.0.mlp.down_proj.weight_t" dtype`, "a sliced layer's up_proj and down_proj.weight_t are whole rows"},
+		{Q8_0X16, Q4_0, Q4_0, `"model.layers.0.mlp.gate_proj.weight" dtype`, "Q8_0X16, metadata dtype is Q4_0"},
+	} {
+		t.Run(c.gate.String()+"/"+c.up.String()+"/"+c.down.String(), func(t *testing.T) {
+			s := ts(c.gate, c.up, c.down)
+			if c.gate == Q8_0X16 {
+				s[1] = sample{GateName(0), Q8_0X16, []int{3, 32}, make([]byte, 34*3)}
+			}
+			f, err := NewFile(fileBytes(t, m, s), "s.sinf")
+			require.NoError(t, err)
+			if c.msg == "" {
+				require.NoError(t, f.ValidateSelection())
+				return
+			}
+			requireFormatError(t, f.ValidateSelection(), c.field, c.msg, "s.sinf")
+		})
+	}
+}

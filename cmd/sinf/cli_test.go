@@ -507,3 +507,17 @@ func TestEvalFile(t *testing.T) {
 	_, err = run(t, "eval", "--quiet", "--model", model, "--file", short, "--window", "48")
 	require.ErrorContains(t, err, "task "+short+": the text is ")
 }
+
+// TestFallbackNotes: convert's fallbacks print one line per reason, with the
+// count and the first tensor when several share it.
+func TestFallbackNotes(t *testing.T) {
+	require.Equal(t, []string{
+		"2 matrices (a [4 64], …): rows of 64 are not whole Q4_K blocks of 256, stored Q5_0 (as llama-quantize does; sinf inspect --tensors lists them)",
+		"c [1 64]: rows of 64 are not whole Q6_K blocks of 256, stored Q8_0 (as llama-quantize does)",
+	}, fallbackNotes([]string{
+		"a [4 64]: rows of 64 are not whole Q4_K blocks of 256, stored Q5_0",
+		"c [1 64]: rows of 64 are not whole Q6_K blocks of 256, stored Q8_0",
+		"b [4 64]: rows of 64 are not whole Q4_K blocks of 256, stored Q5_0",
+	}))
+	require.Empty(t, fallbackNotes(nil))
+}

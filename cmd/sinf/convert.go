@@ -40,7 +40,7 @@ func convertCommand() *cli.Command {
 				"(output projection, v_proj and down_proj of some layers Q6_K) and its fallbacks for rows that are not whole 256-blocks (spec §5.3)"},
 			&cli.StringFlag{Name: "head-dtype", Usage: "dtype of lm_head (or of the tied embedding), overriding the --dtype default"},
 			&cli.StringFlag{Name: "embed-dtype", Usage: "dtype of an untied model.embed_tokens, overriding the --dtype default"},
-			&cli.BoolFlag{Name: "interleave", Usage: "with --dtype q8_0 or q4_0: store the matrices a decode step reads whole (attention, the head, tied or not, the FFN of unsliced layers) with rows interleaved by 16 (Q8_0X16/Q4_0X16, spec §5.4), for the CPU kernels that take a row per register lane (x86-64 AVX2/AVX-VNNI/AVX512-VNNI, arm64 dotprod; an arm64 CPU without dotprod runs portable code, slower than row-major; the CUDA backend refuses them)"},
+			&cli.BoolFlag{Name: "interleave", Usage: "with --dtype q8_0 or q4_0: store the matrices a decode step reads whole (attention, the head, tied or not, the FFN of unsliced layers, the sliced layers' gate_proj, which gatefirst reads whole) with rows interleaved by 16 (Q8_0X16/Q4_0X16, spec §5.4), for the CPU kernels that take a row per register lane (x86-64 AVX2/AVX-VNNI/AVX512-VNNI, arm64 dotprod; an arm64 CPU without dotprod runs portable code, slower than row-major; the CUDA backend refuses them)"},
 			&cli.BoolFlag{Name: "random", Usage: "keep a random gamma·N per layer (random-loading baseline; no scores)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for --random"},
 			&cli.BoolFlag{Name: "weight-aware", Usage: "rank neurons by score × ‖down_proj column‖ (their contribution to the output) instead of the score alone"},
@@ -158,8 +158,8 @@ func convertCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			for _, f := range rep.Fallbacks {
-				fmt.Fprintf(c.App.ErrWriter, "note: %s (as llama-quantize does)\n", f)
+			for _, n := range fallbackNotes(rep.Fallbacks) {
+				fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
 			}
 			for _, f := range rep.Ignored {
 				fmt.Fprintf(c.App.ErrWriter, "note: not stored: %s\n", f)
@@ -217,3 +217,33 @@ func checkConvertFlags(c *cli.Context) error {
 // maxReconstructGenerate bounds --reconstruct-generate: each token is a
 // decode step of the unsliced model per calibration prompt.
 const maxReconstructGenerate = 4096
+
+// fallbackNotes turns convert.Report.Fallbacks ("NAME [SHAPE]: REASON")
+// into one line per reason, in first-seen order: the tensor itself when it
+// is alone, else the count and the first tensor, so that a model whose every
+// matrix falls back (hidden 576 in a K-quant recipe) prints a few lines, not
+// one per tensor (sinf inspect --tensors lists each tensor's dtype).
+func fallbackNotes(fallbacks []string) []string {
+	var reasons []string
+	names := map[string][]string{}
+	for _, f := range fallbacks {
+		name, reason, ok := strings.Cut(f, ": ")
+		if !ok {
+			name, reason = "", f
+		}
+		if _, seen := names[reason]; !seen {
+			reasons = append(reasons, reason)
+		}
+		names[reason] = append(names[reason], name)
+	}
+	notes := make([]string, len(reasons))
+	for i, r := range reasons {
+		n := names[r]
+		if len(n) == 1 {
+			notes[i] = fmt.Sprintf("%s: %s (as llama-quantize does)", n[0], r)
+			continue
+		}
+		notes[i] = fmt.Sprintf("%d matrices (%s, …): %s (as llama-quantize does; sinf inspect --tensors lists them)", len(n), n[0], r)
+	}
+	return notes
+}

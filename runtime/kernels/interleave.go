@@ -15,9 +15,11 @@ import (
 // horizontally (qdotX16*: ZMM with AVX512-VNNI, two YMM halves with AVX-VNNI
 // or AVX2, SDOT by element on arm64 dotprod; portable Go on the neon and
 // generic sets). The last Rows mod 16 rows follow
-// the groups as plain rows. MatVec, MatVecBatch and MatMul take them; the
-// gathered and neuron-row products (MatVecRows, AddRows, MatMulRowsT) do not:
-// sliced neuron rows are never interleaved.
+// the groups as plain rows. MatVec, MatVecBatch and MatMul take them, and
+// MatVecRows (a sliced layer's gate_proj, which gatefirst reads whole and
+// the prompt-selected modes gather, may be interleaved); the neuron-row
+// products (AddRows, MatMulRowsT) do not: up_proj and down_proj.weight_t of a
+// sliced layer stay row-major.
 
 // xrows is the rows of an interleaved group.
 const xrows = format.InterleaveRows
@@ -56,6 +58,35 @@ func xmatVecRange(ks *kernelSet, dst []float32, w Mat, xq []int8, xd []float32, 
 	}
 	if t := max(lo, full); t < hi {
 		ks.qdotRows[q](unsafe.Add(base, t*rb), rb, nil, &xq[0], &xd[0], nb, hi-t, &dst[t], 0)
+	}
+}
+
+// xmatVecRowsRange is matVecRange on rows[lo:hi] of interleaved w: a row in
+// a whole group takes the group's sixteen dots (qdotX, the same sums as
+// MatVec's), kept while the next rows fall in the same group; a tail row is
+// the base dtype's single-row dot.
+func xmatVecRowsRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, xd []float32, lo, hi int) {
+	q := qIndex(w.DType.Base())
+	nb, rb := w.Cols/32, w.RowBytes()
+	full := w.Rows / xrows * xrows
+	if nb == 0 {
+		clear(dst[lo:hi])
+		return
+	}
+	base := dataPtr(w)
+	var g [xrows]float32
+	cur := -1 // the group in g
+	for k := lo; k < hi; k++ {
+		r := int(rows[k])
+		if r >= full {
+			ks.qdotRows[q](unsafe.Add(base, r*rb), rb, nil, &xq[0], &xd[0], nb, 1, &dst[k], 0)
+			continue
+		}
+		if r/xrows != cur {
+			cur = r / xrows
+			ks.xdot(q)(unsafe.Add(base, cur*xrows*rb), nb, &xq[0], &xd[0], 1, &g[0])
+		}
+		dst[k] = g[r%xrows]
 	}
 }
 
@@ -143,7 +174,7 @@ func qdotX16Q4_0Go(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst 
 // row-major rows only (gathered or neuron-row products).
 func refuseInterleaved(op string, w Mat) {
 	if w.DType.Interleaved() {
-		panic(fmt.Sprintf("kernels: %s takes row-major rows, not %v (spec §5.4: sliced neuron rows are not interleaved)", op, w.DType))
+		panic(fmt.Sprintf("kernels: %s takes row-major rows, not %v (spec §5.4: a sliced layer's up_proj and down_proj.weight_t are not interleaved)", op, w.DType))
 	}
 }
 

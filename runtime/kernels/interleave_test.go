@@ -64,11 +64,32 @@ func TestInterleavedProducts(t *testing.T) {
 							require.Equal(t, float32(m.vals[r*cols+c]), v, "RowF32 %v [%d,%d] row %d col %d", w.DType, rows, cols, r, c)
 						}
 					}
+					// MatVecRows (a sliced layer's gathered gate rows): MatVec's
+					// value for each row, in any order, repeats and tail rows
+					// included.
 					x := randVec(rng, cols)
-					refused := func(op string) string {
-						return fmt.Sprintf("kernels: %s takes row-major rows, not %v (spec §5.4: sliced neuron rows are not interleaved)", op, w.DType)
+					all := make([]float32, rows)
+					MatVec(p, all, w, x)
+					var third, down, mixed []int32
+					for r := range rows {
+						if r%3 == 1 {
+							third = append(third, int32(r))
+						}
+						down = append(down, int32(rows-1-r))
 					}
-					require.PanicsWithValue(t, refused("MatVecRows"), func() { MatVecRows(p, make([]float32, 1), w, []int32{0}, x) })
+					for range 2 * rows {
+						mixed = append(mixed, int32(rng.IntN(rows)))
+					}
+					for _, sel := range [][]int32{third, down, mixed, {int32(rows - 1)}} {
+						got := make([]float32, len(sel))
+						MatVecRows(p, got, w, sel, x)
+						for k, r := range sel {
+							require.Equal(t, all[r], got[k], "MatVecRows %v [%d,%d] rows[%d] = %d", w.DType, rows, cols, k, r)
+						}
+					}
+					refused := func(op string) string {
+						return fmt.Sprintf("kernels: %s takes row-major rows, not %v (spec §5.4: a sliced layer's up_proj and down_proj.weight_t are not interleaved)", op, w.DType)
+					}
 					require.PanicsWithValue(t, refused("AddRows"), func() { AddRows(p, make([]float32, cols), w, nil, make([]float32, rows)) })
 				}
 			}

@@ -11,9 +11,8 @@ import (
 // 32 (quant.go, as GGML does; for the K-quants with one scale per 256, as
 // GGML's Q8_K), so each product also carries x's rounding: at most max|x| of
 // its block (K-quants: of its 256) / 254 per element. w may have
-// interleaved rows (Q8_0X16, Q4_0X16; spec §5.4, interleave.go); the
-// gathered and neuron-row products (MatVecRows, AddRows, MatMulRowsT) panic
-// on them.
+// interleaved rows (Q8_0X16, Q4_0X16; spec §5.4, interleave.go), as may
+// MatVecRows's; the neuron-row products (AddRows, MatMulRowsT) panic on them.
 func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 	checkMatX(w)
 	checkLen("MatVec x", x, w.Cols)
@@ -25,9 +24,12 @@ func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 
 // MatVecRows computes dst[j] = W[rows[j],:]·x for j < len(rows): the gathered
 // form for the selected neuron rows of gate_proj / up_proj (paper §5).
-// Shapes: dst [len(rows)], x [w.Cols]; rows index [0, w.Rows).
+// Shapes: dst [len(rows)], x [w.Cols]; rows index [0, w.Rows). On interleaved
+// rows (a sliced layer's gate_proj, spec §5.4) each row costs its whole group
+// of sixteen, computed once for a run of rows in one group
+// (xmatVecRowsRange): ascending rows read each group once.
 func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
-	checkMat("MatVecRows", w)
+	checkMatX(w)
 	checkLen("MatVecRows x", x, w.Cols)
 	checkLen("MatVecRows dst", dst, len(rows))
 	j := job{op: opMatVecRows, ks: active, w: w, dst: dst, x: x, rows: rows}
@@ -447,8 +449,12 @@ func dot4(ks *kernelSet, d, es int, p, q *[4]unsafe.Pointer, x []float32, n, nb 
 // matVecRange computes dst[k] for k in [lo, hi): row k of w, or row rows[k].
 // Block-quantized rows take x as int8 blocks (xq, xd).
 func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32, xq []int8, xd []float32, lo, hi int) {
-	if w.DType.Interleaved() { // MatVec only: checkMat refuses it for MatVecRows
-		xmatVecRange(ks, dst, w, xq, xd, lo, hi)
+	if w.DType.Interleaved() {
+		if rows != nil {
+			xmatVecRowsRange(ks, dst, w, rows, xq, xd, lo, hi)
+		} else {
+			xmatVecRange(ks, dst, w, xq, xd, lo, hi)
+		}
 		return
 	}
 	if w.DType.Quantized() {
