@@ -48,6 +48,7 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: mmap: %w", path, err)
 	}
+	adviseHuge(data)
 	f, err := parse(data, path)
 	if err != nil {
 		unix.Munmap(data)
