@@ -41,10 +41,13 @@ func (ks *kernelSet) xdot(q int) qdotXFunc {
 	return genericSet.qdotX[q]
 }
 
-// xmatVecRange is matVecRange on interleaved rows [lo, hi), lo a multiple of
-// sixteen: whole groups through the set's qdotX, the tail rows (from
-// Rows/16·16 on) through qdotRows of the base dtype.
-func xmatVecRange(ks *kernelSet, dst []float32, w Mat, xq []int8, xd []float32, lo, hi int) {
+// xmatVecRange is matVecRange on interleaved w: rows [lo, hi) (rows nil,
+// lo a multiple of sixteen), whole groups through the set's qdotX and the
+// tail rows (from Rows/16·16 on) through qdotRows of the base dtype; or the
+// gathered rows[lo:hi], where a row in a whole group takes the group's
+// sixteen dots (the same sums as MatVec's), kept while the next rows fall in
+// the same group, and a tail row the base dtype's single-row dot.
+func xmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, xd []float32, lo, hi int) {
 	q := qIndex(w.DType.Base())
 	nb, rb := w.Cols/32, w.RowBytes()
 	full := w.Rows / xrows * xrows
@@ -53,27 +56,15 @@ func xmatVecRange(ks *kernelSet, dst []float32, w Mat, xq []int8, xd []float32, 
 		return
 	}
 	base := dataPtr(w)
-	if g := min(hi, full); lo < g {
-		ks.xdot(q)(unsafe.Add(base, lo*rb), nb, &xq[0], &xd[0], (g-lo)/xrows, &dst[lo])
-	}
-	if t := max(lo, full); t < hi {
-		ks.qdotRows[q](unsafe.Add(base, t*rb), rb, nil, &xq[0], &xd[0], nb, hi-t, &dst[t], 0)
-	}
-}
-
-// xmatVecRowsRange is matVecRange on rows[lo:hi] of interleaved w: a row in
-// a whole group takes the group's sixteen dots (qdotX, the same sums as
-// MatVec's), kept while the next rows fall in the same group; a tail row is
-// the base dtype's single-row dot.
-func xmatVecRowsRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, xd []float32, lo, hi int) {
-	q := qIndex(w.DType.Base())
-	nb, rb := w.Cols/32, w.RowBytes()
-	full := w.Rows / xrows * xrows
-	if nb == 0 {
-		clear(dst[lo:hi])
+	if rows == nil {
+		if g := min(hi, full); lo < g {
+			ks.xdot(q)(unsafe.Add(base, lo*rb), nb, &xq[0], &xd[0], (g-lo)/xrows, &dst[lo])
+		}
+		if t := max(lo, full); t < hi {
+			ks.qdotRows[q](unsafe.Add(base, t*rb), rb, nil, &xq[0], &xd[0], nb, hi-t, &dst[t], 0)
+		}
 		return
 	}
-	base := dataPtr(w)
 	var g [xrows]float32
 	cur := -1 // the group in g
 	for k := lo; k < hi; k++ {
@@ -231,7 +222,7 @@ func (j *job) xbatchRows(lo, hi int) int {
 		}
 		for t := done; t < done+T; t++ { // the tail rows, by MatVec's path
 			if r := max(lo, full); r < hi {
-				xmatVecRange(ks, j.dst[t*R:(t+1)*R], w, j.xq[t*nq:], j.xd[t*nd:], r, hi)
+				xmatVecRange(ks, j.dst[t*R:(t+1)*R], w, nil, j.xq[t*nq:], j.xd[t*nd:], r, hi)
 			}
 		}
 		done += T

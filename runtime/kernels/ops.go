@@ -27,7 +27,7 @@ func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 // Shapes: dst [len(rows)], x [w.Cols]; rows index [0, w.Rows). On interleaved
 // rows (a sliced layer's gate_proj, spec §5.4) each row costs its whole group
 // of sixteen, computed once for a run of rows in one group
-// (xmatVecRowsRange): ascending rows read each group once.
+// (xmatVecRange): ascending rows read each group once.
 func MatVecRows(p *Pool, dst []float32, w Mat, rows []int32, x []float32) {
 	checkMatX(w)
 	checkLen("MatVecRows x", x, w.Cols)
@@ -450,11 +450,7 @@ func dot4(ks *kernelSet, d, es int, p, q *[4]unsafe.Pointer, x []float32, n, nb 
 // Block-quantized rows take x as int8 blocks (xq, xd).
 func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32, xq []int8, xd []float32, lo, hi int) {
 	if w.DType.Interleaved() {
-		if rows != nil {
-			xmatVecRowsRange(ks, dst, w, rows, xq, xd, lo, hi)
-		} else {
-			xmatVecRange(ks, dst, w, xq, xd, lo, hi)
-		}
+		xmatVecRange(ks, dst, w, rows, xq, xd, lo, hi)
 		return
 	}
 	if w.DType.Quantized() {

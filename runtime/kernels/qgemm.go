@@ -98,7 +98,7 @@ func qmatMulInt(ks *kernelSet, dst []float32, w Mat, T, lo, hi int, s *scratch, 
 	// xdots is dots, interleaved rows through MatVec's xmatVecRange.
 	xdots := func(r0, n, t int) {
 		if x16 {
-			xmatVecRange(ks, dst[t*R:(t+1)*R], w, xq[t*nq:], xd[t*nd:], r0, r0+n)
+			xmatVecRange(ks, dst[t*R:(t+1)*R], w, nil, xq[t*nq:], xd[t*nd:], r0, r0+n)
 			return
 		}
 		dots(r0, n, t)
