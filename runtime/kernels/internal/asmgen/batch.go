@@ -376,12 +376,5 @@ func qaxpy4Batch(g *gen, q qtype) {
 	g.i("INCQ DX")
 	g.i("CMPQ DX, BX")
 	g.i("JB token")
-	g.i("ADDQ $%d, AX", q.bb)
-	g.i("ADDQ $128, DI")
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	loopTail(g, fmt.Sprintf("ADDQ $%d, AX", q.bb), "ADDQ $128, DI")
 }

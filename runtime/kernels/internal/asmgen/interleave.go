@@ -186,14 +186,7 @@ func qpackX16(g *gen, q qtype) {
 			g.i("VMOVDQU64 Z4, %d(DI)", 128+64*k)
 		}
 	}
-	g.i("ADDQ $%d, SI", xgroupBytes(q))
-	g.i("ADDQ $640, DI")
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	loopTail(g, fmt.Sprintf("ADDQ $%d, SI", xgroupBytes(q)), "ADDQ $640, DI")
 }
 
 // neonQdotX16 is qdotX16 for the dotprod set: SDOT by element, signed by
@@ -554,13 +547,5 @@ func qpackX16YMM(g *gen, q qtype) {
 			}
 		}
 	}
-	g.i("ADDQ $%d, SI", xgroupBytes(q))
-	g.i("ADDQ $%d, DI", qpackStride)
-	g.i("ADDQ $%d, R8", qpackStride)
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	loopTail(g, fmt.Sprintf("ADDQ $%d, SI", xgroupBytes(q)), fmt.Sprintf("ADDQ $%d, DI", qpackStride), fmt.Sprintf("ADDQ $%d, R8", qpackStride))
 }

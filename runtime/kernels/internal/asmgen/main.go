@@ -470,6 +470,21 @@ func ushl2D(d, n, m int) string {
 	return word(0x6EE04400|m<<16|n<<5|d, "USHL V%d.2D, V%d.2D, V%d.2D", d, n, m)
 }
 
+// loopTail ends a loop counted down in CX from "loop:" (steps: the
+// instructions that advance its pointers), then the epilogue at "done:",
+// where a zero count jumps.
+func loopTail(g *gen, steps ...string) {
+	for _, s := range steps {
+		g.i("%s", s)
+	}
+	g.i("DECQ CX")
+	g.i("JNE loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
 func (x x86) text(g *gen, name string, args int, goSig string) {
 	g.decl("//go:noescape\nfunc %s%s", name, goSig)
 	g.decl("")

@@ -104,14 +104,7 @@ func qpackHead(g *gen, kind string, lanes int, cnt string, frame int) (rows []st
 // qpackTail ends a packer's loop: the rows advance by bb bytes and dst by
 // out, then the epilogue.
 func qpackTail(g *gen, bb, out int) {
-	g.i("ADDQ $%d, AX", bb)
-	g.i("ADDQ $%d, DI", out)
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	loopTail(g, fmt.Sprintf("ADDQ $%d, AX", bb), fmt.Sprintf("ADDQ $%d, DI", out))
 }
 
 // transposeStore stores the transpose of the 8×8 dwords in Y0..Y7 (row i

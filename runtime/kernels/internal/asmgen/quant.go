@@ -934,12 +934,5 @@ func (x x86) qaxpy4(g *gen, q qtype) {
 	for k := 0; k < n; k++ {
 		g.i("VMOVUPS %s, %d(DI)", v(k), 4*x.vw*k)
 	}
-	g.i("ADDQ $%d, AX", q.bb)
-	g.i("ADDQ $128, DI")
-	g.i("DECQ CX")
-	g.i("JNE loop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	loopTail(g, fmt.Sprintf("ADDQ $%d, AX", q.bb), "ADDQ $128, DI")
 }
