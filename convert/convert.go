@@ -127,6 +127,18 @@ func DefaultOptions() Options {
 	return Options{Gamma: 0.7, Delta: 0.3, FirstLayer: 5, LastLayer: -2}
 }
 
+// Fallback is a tensor stored in another dtype than the recipe asks for:
+// its name and shape as stored, and why ("rows of 576 are not whole Q4_K
+// blocks of 256, stored Q5_0").
+type Fallback struct {
+	Tensor string
+	Shape  []int
+	Reason string
+}
+
+// String is "NAME [SHAPE]: REASON".
+func (f Fallback) String() string { return fmt.Sprintf("%s %v: %s", f.Tensor, f.Shape, f.Reason) }
+
 // Report describes a finished conversion.
 type Report struct {
 	Path           string
@@ -138,7 +150,7 @@ type Report struct {
 	OriginalParams int64
 	// Fallbacks lists the tensors stored in another dtype than asked for,
 	// with the reason (rows that are not whole blocks of a block dtype).
-	Fallbacks []string
+	Fallbacks []Fallback
 	// Ignored lists the source tensors not stored, with the reason
 	// (hf.Checkpoint.Validate): a tied model's lm_head, a RoPE buffer.
 	Ignored []string
@@ -320,8 +332,8 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 			}
 			if dtype.KQuant() {
 				var why string
-				if sdt, why = slicedDType(opt, layer, part, len(k), H, cfg.Layers); why != "" {
-					rep.Fallbacks = append(rep.Fallbacks, why)
+				if sdt, why = slicedDType(opt, layer, part, H, cfg.Layers); why != "" {
+					rep.Fallbacks = append(rep.Fallbacks, Fallback{Tensor: slicedName(layer, part), Shape: []int{len(k), H}, Reason: why})
 				}
 			}
 			if err := writeSliced(w, t, part, k, N, H, sdt, fits[layer], &rep.StoredParams); err != nil {
@@ -336,7 +348,7 @@ func Convert(ck *hf.Checkpoint, out string, opt Options) (_ *Report, err error) 
 			rep.StoredParams += int64(t.Elems())
 			dt, why := StoredDType(t, dtype, opt, tiedHead(ck), cfg.Layers)
 			if why != "" {
-				rep.Fallbacks = append(rep.Fallbacks, why)
+				rep.Fallbacks = append(rep.Fallbacks, Fallback{Tensor: t.Name, Shape: t.Shape, Reason: why})
 			}
 			if err := writeCast(w, t, dt); err != nil {
 				return nil, err
@@ -560,7 +572,7 @@ func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead boo
 			dt = opt.EmbedDType
 		}
 		if dt.KQuant() {
-			return kFallback(t.Name, t.Shape, dt)
+			return kFallback(t.Shape[len(t.Shape)-1], dt)
 		}
 	}
 	switch {
@@ -571,9 +583,8 @@ func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead boo
 	case !head && t.Name == "model.embed_tokens.weight" && opt.EmbedDType != 0:
 		dt = opt.EmbedDType
 	}
-	if _, err := dt.RowBytes(t.Shape[len(t.Shape)-1]); err != nil {
-		e, _ := dt.Block()
-		return format.F16, fmt.Sprintf("%s %v: rows of %d are not whole %v blocks of %d, stored F16", t.Name, t.Shape, t.Shape[len(t.Shape)-1], dt, e)
+	if cols := t.Shape[len(t.Shape)-1]; !rowFits(dt, cols) {
+		return format.F16, blocksReason(cols, dt, format.F16)
 	}
 	// A matrix a step reads whole, interleaved when asked (spec §5.4): not
 	// an untied embedding, of which a step reads single rows; a head tied to

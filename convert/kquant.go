@@ -50,13 +50,12 @@ func moreBits(i, L int) bool {
 
 // kFallback is tensor_type_fallback: the dtype a row of cols elements takes
 // when it is not whole blocks of dt (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0,
-// and F16 when not even the fallback fits), and why.
-func kFallback(name string, shape []int, dt format.DType) (format.DType, string) {
-	cols := shape[len(shape)-1]
-	if _, err := dt.RowBytes(cols); err == nil {
+// and F16 when not even the fallback fits), and why (blocksReason; "" when
+// dt fits).
+func kFallback(cols int, dt format.DType) (format.DType, string) {
+	if rowFits(dt, cols) {
 		return dt, ""
 	}
-	e, _ := dt.Block()
 	to := format.F16
 	switch dt {
 	case format.Q4_K:
@@ -66,10 +65,23 @@ func kFallback(name string, shape []int, dt format.DType) (format.DType, string)
 	case format.Q6_K:
 		to = format.Q8_0
 	}
-	if _, err := to.RowBytes(cols); err != nil {
+	if !rowFits(to, cols) {
 		to = format.F16
 	}
-	return to, fmt.Sprintf("%s %v: rows of %d are not whole %v blocks of %d, stored %v", name, shape, cols, dt, e, to)
+	return to, blocksReason(cols, dt, to)
+}
+
+// rowFits reports whether a row of cols elements is whole blocks of dt.
+func rowFits(dt format.DType, cols int) bool {
+	_, err := dt.RowBytes(cols)
+	return err == nil
+}
+
+// blocksReason says why a matrix of rows of cols elements is stored as to
+// rather than the block dtype dt.
+func blocksReason(cols int, dt, to format.DType) string {
+	e, _ := dt.Block()
+	return fmt.Sprintf("rows of %d are not whole %v blocks of %d, stored %v", cols, dt, e, to)
 }
 
 // layerOf returns the layer index of "model.layers.{i}.…", or −1.
@@ -133,27 +145,37 @@ func (r Recipe) FFNDType(hidden int) format.DType {
 	if !r.DType.KQuant() {
 		return r.DType
 	}
-	dt, _ := kFallback("", []int{0, hidden}, r.DType)
+	dt, _ := kFallback(hidden, r.DType)
 	return dt
 }
 
+// slicedName is the name a sliced layer's part ("gate", "up" or "down") is
+// stored under (spec §6.2: down_proj as down_proj.weight_t).
+func slicedName(layer int, part string) string {
+	switch part {
+	case "gate":
+		return format.GateName(layer)
+	case "up":
+		return format.UpName(layer)
+	}
+	return format.DownTName(layer)
+}
+
 // slicedDType returns the dtype of a sliced layer's part ("gate", "up" or
-// "down", stored as down_proj.weight_t) of kept rows of hidden elements for
-// the recipe of opt, and why, naming the tensor, when it fell back from what
-// the recipe asks for ("" when it did not; kFallback).
-func slicedDType(opt Options, layer int, part string, kept, hidden, layers int) (format.DType, string) {
+// "down") of rows of hidden elements for the recipe of opt, and why, when it
+// fell back from what the recipe asks for ("" when it did not; kFallback).
+func slicedDType(opt Options, layer int, part string, hidden, layers int) (format.DType, string) {
 	if opt.DType == 0 || !opt.DType.KQuant() {
 		return opt.DType, ""
 	}
-	name := map[string]string{"gate": format.GateName(layer), "up": format.UpName(layer), "down": format.DownTName(layer)}[part]
-	shape := []int{kept, hidden}
-	return kFallback(name, shape, kquantDType(name, shape, opt.DType, opt.Mix, false, layers))
+	name := slicedName(layer, part)
+	return kFallback(hidden, kquantDType(name, []int{0, hidden}, opt.DType, opt.Mix, false, layers))
 }
 
 // SlicedDTypes returns the dtypes of a sliced layer's gate_proj/up_proj and
 // down_proj.weight_t (rows of hidden) for the recipe of opt (slicedDType).
 func SlicedDTypes(opt Options, layer, hidden, layers int) (gateUp, downT format.DType) {
-	gateUp, _ = slicedDType(opt, layer, "gate", 0, hidden, layers)
-	downT, _ = slicedDType(opt, layer, "down", 0, hidden, layers)
+	gateUp, _ = slicedDType(opt, layer, "gate", hidden, layers)
+	downT, _ = slicedDType(opt, layer, "down", hidden, layers)
 	return
 }

@@ -204,17 +204,20 @@ func TestConvertKQuantFallback(t *testing.T) {
 		"model.layers.1.mlp.down_proj.weight_t [384 128]: rows of 128 are not whole Q6_K blocks of 256, stored Q8_0",
 		"model.layers.0.mlp.down_proj.weight [128 384]: rows of 384 are not whole Q4_K blocks of 256, stored Q5_0",
 	} {
-		require.Contains(t, rep.Fallbacks, want)
+		var got []string
+		for _, fb := range rep.Fallbacks {
+			got = append(got, fb.String())
+		}
+		require.Contains(t, got, want)
 	}
 	seen := map[string]bool{}
 	for _, fb := range rep.Fallbacks {
-		name, _, _ := strings.Cut(fb, " ")
-		require.False(t, seen[name], "%s reported twice", name)
-		seen[name] = true
-		ti, ok := f.Info(name)
-		require.True(t, ok, fb)
-		require.Contains(t, fb, fmt.Sprintf("%s %v: ", name, ti.Shape))
-		require.True(t, strings.HasSuffix(fb, "stored "+ti.DType.String()), fb)
+		require.False(t, seen[fb.Tensor], "%s reported twice", fb.Tensor)
+		seen[fb.Tensor] = true
+		ti, ok := f.Info(fb.Tensor)
+		require.True(t, ok, fb.String())
+		require.Equal(t, ti.Shape, fb.Shape, fb.String())
+		require.True(t, strings.HasSuffix(fb.Reason, "stored "+ti.DType.String()), fb.String())
 	}
 	for _, ti := range f.Tensors() {
 		want := format.Q5_0

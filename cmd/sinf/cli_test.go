@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/dataset"
 	"github.com/selectinfer/sinf/format"
 	"github.com/selectinfer/sinf/internal/sharedtest"
@@ -514,10 +515,10 @@ func TestFallbackNotes(t *testing.T) {
 	require.Equal(t, []string{
 		"2 matrices (a [4 64], …): rows of 64 are not whole Q4_K blocks of 256, stored Q5_0 (as llama-quantize does; sinf inspect --tensors lists them)",
 		"c [1 64]: rows of 64 are not whole Q6_K blocks of 256, stored Q8_0 (as llama-quantize does)",
-	}, fallbackNotes([]string{
-		"a [4 64]: rows of 64 are not whole Q4_K blocks of 256, stored Q5_0",
-		"c [1 64]: rows of 64 are not whole Q6_K blocks of 256, stored Q8_0",
-		"b [4 64]: rows of 64 are not whole Q4_K blocks of 256, stored Q5_0",
+	}, fallbackNotes([]convert.Fallback{
+		{Tensor: "a", Shape: []int{4, 64}, Reason: "rows of 64 are not whole Q4_K blocks of 256, stored Q5_0"},
+		{Tensor: "c", Shape: []int{1, 64}, Reason: "rows of 64 are not whole Q6_K blocks of 256, stored Q8_0"},
+		{Tensor: "b", Shape: []int{4, 64}, Reason: "rows of 64 are not whole Q4_K blocks of 256, stored Q5_0"},
 	}))
 	require.Empty(t, fallbackNotes(nil))
 }

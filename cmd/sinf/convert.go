@@ -218,32 +218,28 @@ func checkConvertFlags(c *cli.Context) error {
 // decode step of the unsliced model per calibration prompt.
 const maxReconstructGenerate = 4096
 
-// fallbackNotes turns convert.Report.Fallbacks ("NAME [SHAPE]: REASON")
-// into one line per reason, in first-seen order: the tensor itself when it
-// is alone, else the count and the first tensor, so that a model whose every
-// matrix falls back (hidden 576 in a K-quant recipe) prints a few lines, not
-// one per tensor (sinf inspect --tensors lists each tensor's dtype).
-func fallbackNotes(fallbacks []string) []string {
+// fallbackNotes turns convert.Report.Fallbacks into one line per reason, in
+// first-seen order: the tensor itself when it is alone, else the count and
+// the first tensor, so that a model whose every matrix falls back (hidden 576
+// in a K-quant recipe) prints a few lines, not one per tensor (sinf inspect
+// --tensors lists each tensor's dtype).
+func fallbackNotes(fallbacks []convert.Fallback) []string {
 	var reasons []string
-	names := map[string][]string{}
+	byReason := map[string][]convert.Fallback{}
 	for _, f := range fallbacks {
-		name, reason, ok := strings.Cut(f, ": ")
-		if !ok {
-			name, reason = "", f
+		if _, seen := byReason[f.Reason]; !seen {
+			reasons = append(reasons, f.Reason)
 		}
-		if _, seen := names[reason]; !seen {
-			reasons = append(reasons, reason)
-		}
-		names[reason] = append(names[reason], name)
+		byReason[f.Reason] = append(byReason[f.Reason], f)
 	}
 	notes := make([]string, len(reasons))
 	for i, r := range reasons {
-		n := names[r]
-		if len(n) == 1 {
-			notes[i] = fmt.Sprintf("%s: %s (as llama-quantize does)", n[0], r)
+		fs := byReason[r]
+		if len(fs) == 1 {
+			notes[i] = fs[0].String() + " (as llama-quantize does)"
 			continue
 		}
-		notes[i] = fmt.Sprintf("%d matrices (%s, …): %s (as llama-quantize does; sinf inspect --tensors lists them)", len(n), n[0], r)
+		notes[i] = fmt.Sprintf("%d matrices (%s %v, …): %s (as llama-quantize does; sinf inspect --tensors lists them)", len(fs), fs[0].Tensor, fs[0].Shape, r)
 	}
 	return notes
 }
