@@ -181,7 +181,9 @@ func TestValidateSelectionInterleaved(t *testing.T) {
 		binary.LittleEndian.PutUint32(ib[4*i:], v)
 	}
 	q := func(name string, dt DType, rows int) sample {
-		return sample{name, dt, []int{rows, 32}, make([]byte, 18*rows)}
+		rb, err := dt.RowBytes(32)
+		require.NoError(t, err)
+		return sample{name, dt, []int{rows, 32}, make([]byte, rb*rows)}
 	}
 	ts := func(gate, up, down DType) []sample {
 		return []sample{
@@ -203,11 +205,7 @@ func TestValidateSelectionInterleaved(t *testing.T) {
 		{Q8_0X16, Q4_0, Q4_0, `"model.layers.0.mlp.gate_proj.weight" dtype`, "Q8_0X16, metadata dtype is Q4_0"},
 	} {
 		t.Run(c.gate.String()+"/"+c.up.String()+"/"+c.down.String(), func(t *testing.T) {
-			s := ts(c.gate, c.up, c.down)
-			if c.gate == Q8_0X16 {
-				s[1] = sample{GateName(0), Q8_0X16, []int{3, 32}, make([]byte, 34*3)}
-			}
-			f, err := NewFile(fileBytes(t, m, s), "s.sinf")
+			f, err := NewFile(fileBytes(t, m, ts(c.gate, c.up, c.down)), "s.sinf")
 			require.NoError(t, err)
 			if c.msg == "" {
 				require.NoError(t, f.ValidateSelection())
