@@ -65,6 +65,7 @@ func xmatVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, xq []int8, 
 		}
 		return
 	}
+	checkRows(rows[lo:hi], w.Rows)
 	var g [xrows]float32
 	cur := -1 // the group in g
 	for k := lo; k < hi; k++ {

@@ -87,6 +87,11 @@ func TestInterleavedProducts(t *testing.T) {
 							require.Equal(t, all[r], got[k], "MatVecRows %v [%d,%d] rows[%d] = %d", w.DType, rows, cols, k, r)
 						}
 					}
+					for _, r := range []int32{int32(rows), -1} {
+						require.PanicsWithValue(t, fmt.Sprintf("kernels: row %d out of range [0, %d)", r, rows), func() {
+							MatVecRows(p, make([]float32, 1), w, []int32{r}, x)
+						}, "MatVecRows %v [%d,%d] row %d", w.DType, rows, cols, r)
+					}
 					refused := func(op string) string {
 						return fmt.Sprintf("kernels: %s takes row-major rows, not %v (spec §5.4: a sliced layer's up_proj and down_proj.weight_t are not interleaved)", op, w.DType)
 					}
