@@ -289,11 +289,15 @@ func BenchmarkRawSets(b *testing.B) {
 		for _, ks := range kernelSets() {
 			var dot, axpy func()
 			if d.Quantized() {
-				q := qIndex(d)
-				dot = func() { ks.qdotRows[q](base, rb, nil, &xq[0], &xd[0], nb, rows, &dst[0], 0) }
+				q, nbw, xq, xd := qIndex(d), cols/blockElems(d), xq, xd // weight blocks a row
+				if d.KQuant() { // the K-quants' x
+					xq, xd = make([]int8, 64*nb), make([]float32, 2*nb)
+					quantizeXFor(d)(xq, xd, x)
+				}
+				dot = func() { ks.qdotRows[q](base, rb, nil, &xq[0], &xd[0], nbw, rows, &dst[0], 0) }
 				axpy = func() {
 					for r := 0; r < rows; r += 4 {
-						ks.qaxpy4[q](&acc[0], row(r), row(r+1), row(r+2), row(r+3), row(r+4), row(r+5), row(r+6), row(r+7), a[r], a[r+1], a[r+2], a[r+3], nb)
+						ks.qaxpy4[q](&acc[0], row(r), row(r+1), row(r+2), row(r+3), row(r+4), row(r+5), row(r+6), row(r+7), a[r], a[r+1], a[r+2], a[r+3], nbw)
 					}
 				}
 			} else {

@@ -67,7 +67,7 @@ func (p *Pool) dequantizeX(j *job) []float32 {
 
 // quantizeX gives a MatVec job on block-quantized weights its x quantized to
 // int8 blocks (quantizeX in quant.go; quantizeXK, one scale per 256, for the
-// K-quants), in the caller's scratch: for
+// K-quants, quantizeXQ6_K for Q6_K), in the caller's scratch: for
 // MatVecBatch each of its j.t vectors, token t's at t·2n bytes and t·2(n/32)
 // scales.
 func (p *Pool) quantizeX(j *job) {
@@ -81,7 +81,7 @@ func (p *Pool) quantizeX(j *job) {
 	}
 	for t := range T {
 		if j.w.DType.KQuant() {
-			quantizeXK(s.xq[t*nq:(t+1)*nq], s.xd[t*nd:(t+1)*nd], j.x[t*n:(t+1)*n])
+			quantizeXFor(j.w.DType)(s.xq[t*nq:(t+1)*nq], s.xd[t*nd:(t+1)*nd], j.x[t*n:(t+1)*n])
 		} else {
 			j.ks.quantizeX(&s.xq[t*nq], &s.xd[t*nd], &j.x[t*n], n/32)
 		}

@@ -62,6 +62,35 @@ func quantizeX(xq []int8, xd []float32, x []float32) { quantizeXGroups(xq, xd, x
 // kernel that takes quantizeX's x takes this one.
 func quantizeXK(xq []int8, xd []float32, x []float32) { quantizeXGroups(xq, xd, x, 8) }
 
+// quantizeXQ6_K is quantizeXK for the Q6_K dots, whose x no integer prefill
+// (qgemm) reads: the 32 bytes after the levels of each super-block's second
+// block (bytes 96–127 of its 512, d_x there in quantizeXK's layout) hold the
+// sums of the levels over its sixteen runs of 16 elements as int16 (|sum| ≤
+// 2032), GGML's Q8_K bsums, from which the AVX2 dot takes the −32 of every
+// weight once per super-block. The dots read d_x from the first block.
+func quantizeXQ6_K(xq []int8, xd []float32, x []float32) {
+	quantizeXK(xq, xd, x)
+	for s := 0; 512*s < len(xq); s++ {
+		sb := xq[512*s : 512*(s+1)]
+		for i := range 16 {
+			var sum int16
+			for _, q := range sb[64*(i/2)+16*(i%2):][:16] {
+				sum += int16(q)
+			}
+			binary.LittleEndian.PutUint16(unsafe.Slice((*byte)(unsafe.Pointer(&sb[96+2*i])), 2), uint16(sum))
+		}
+	}
+}
+
+// quantizeXFor returns the x quantization of the K-quant dtype d's dots:
+// quantizeXQ6_K for Q6_K, quantizeXK for the others.
+func quantizeXFor(d format.DType) func(xq []int8, xd []float32, x []float32) {
+	if d.Base() == format.Q6_K {
+		return quantizeXQ6_K
+	}
+	return quantizeXK
+}
+
 // quantizeXGroups is quantizeX with the scale d shared by each group of g
 // consecutive blocks (len(x) a multiple of 32·g).
 func quantizeXGroups(xq []int8, xd []float32, x []float32, g int) {

@@ -193,7 +193,7 @@ func TestQuantRawDot(t *testing.T) {
 				dq, dd := xq, xd
 				if dt.KQuant() { // the K-quant dots' x (MatVec's): one scale per 256
 					dq, dd = make([]int8, 64*nx), make([]float32, 2*nx)
-					quantizeXK(dq, dd, x)
+					quantizeXFor(dt)(dq, dd, x)
 				}
 				got, want := make([]float32, 5), make([]float32, 5)
 				ks.qdotRows[q](dataPtr(m.Mat), m.RowBytes(), nil, &dq[0], &dd[0], nb, 5, &got[0], 64)
@@ -254,7 +254,7 @@ func TestQuantRawGemm(t *testing.T) {
 				for j := range 4 { // as MatMul quantizes it: the K-quants' with a scale per 256
 					quantize := quantizeX
 					if dt.KQuant() {
-						quantize = quantizeXK
+						quantize = quantizeXFor(dt)
 					}
 					quantize(xq[j*2*n:(j+1)*2*n], xd[j*nx:(j+1)*nx], x[j*n:(j+1)*n])
 				}

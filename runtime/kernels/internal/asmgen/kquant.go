@@ -12,11 +12,34 @@ func kquantAMD64(g *gen) {
 	g.p("DATA kqMask03<>+0(SB)/8, $0x0303030303030303")
 	g.p("DATA kqMask03<>+8(SB)/8, $0x0303030303030303")
 	g.p("GLOBL kqMask03<>(SB), RODATA|NOPTR, $16")
-	g.p("DATA kqMask20<>+0(SB)/8, $0x2020202020202020")
-	g.p("DATA kqMask20<>+8(SB)/8, $0x2020202020202020")
-	g.p("DATA kqMask20<>+16(SB)/8, $0x2020202020202020")
-	g.p("DATA kqMask20<>+24(SB)/8, $0x2020202020202020")
-	g.p("GLOBL kqMask20<>(SB), RODATA|NOPTR, $32")
+	// kqBcastW: for j < 8, 32 bytes at 32j that make VPSHUFB copy int16 j of
+	// each 128-bit lane into all eight of its words.
+	for j := 0; j < 8; j++ {
+		w := uint64(2*j) | uint64(2*j+1)<<8
+		w |= w << 16
+		w |= w << 32
+		for k := 0; k < 4; k++ {
+			g.p("DATA kqBcastW<>+%d(SB)/8, $0x%016x", 32*j+8*k, w)
+		}
+	}
+	g.p("GLOBL kqBcastW<>(SB), RODATA|NOPTR, $256")
+	// kq6High: for k < 4, bytes 0x03 << 2k (32 of them at 32k): bits 2k, 2k+1
+	// of Q6_K's qh. kq6Scale: for k < 4, the VPSHUFB control that copies
+	// int16 2k of the low lane and 2k + 1 of the high lane across the lane.
+	for k := 0; k < 4; k++ {
+		m := uint64(0x03<<(2*k)) * 0x0101010101010101
+		lo := uint64(4*k) | uint64(4*k+1)<<8
+		hi := lo + 0x0202
+		lo, hi = lo*0x0001000100010001, hi*0x0001000100010001
+		for q, v := range []uint64{m, m, m, m} {
+			g.p("DATA kq6High<>+%d(SB)/8, $0x%016x", 32*k+8*q, v)
+		}
+		for q, v := range []uint64{lo, lo, hi, hi} {
+			g.p("DATA kq6Scale<>+%d(SB)/8, $0x%016x", 32*k+8*q, v)
+		}
+	}
+	g.p("GLOBL kq6High<>(SB), RODATA|NOPTR, $128")
+	g.p("GLOBL kq6Scale<>(SB), RODATA|NOPTR, $128")
 	g.p("")
 	qdotRowsK4AVX2(g, false)
 	qdotRowsK4AVX2(g, true)
@@ -41,7 +64,10 @@ func kquantAMD64(g *gen) {
 // int8 levels, then d_x eight times, one d_x for the eight blocks of a
 // super-block; at xd[8nb + b] the block sum 8·d_x·Σq), rows as in qdotRows.
 // Per super-block, the scales and minimums are unpacked (k4Scales), the
-// scales kept on the stack as int16 for broadcasts, and the minimum term
+// scales held as int16 in both lanes of a register and copied across it per
+// sub-block by VPSHUFB (kqBcastW; broadcasting each from a copy on the stack
+// was a store-forwarded load per 32 weights: BenchmarkRawSets' Q4_K dot 11.8
+// → 9.5 µs, AMD EPYC Zen 3), and the minimum term
 // Σ_j dmin·m_j·xsum_j goes into its own accumulator; per group of 64 weights
 // the low nibbles meet x block 2g and the high ones 2g+1 through VPMADDUBSW,
 // then VPMADDWD by sc_j sums each pair into int32 lanes times the
@@ -57,7 +83,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	}
 	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
 	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $32-72", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
 	g.i("MOVQ w+0(FP), R8")
 	g.i("MOVQ stride+8(FP), R9")
 	g.i("MOVQ idx+16(FP), R12")
@@ -96,8 +122,8 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
 	k4Scales(g, "R8")
 	g.i("VEXTRACTI128 $1, Y7, X9")
-	g.i("VPACKUSDW X9, X7, X9") // sc0–7 as int16
-	g.i("VMOVDQU X9, (SP)")
+	g.i("VPACKUSDW X9, X7, X9")        // sc0–7 as int16
+	g.i("VINSERTI128 $1, X9, Y9, Y7") // in both lanes
 	g.i("VCVTDQ2PS Y8, Y8")
 	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
 	g.i("VFMADD231PS Y8, Y6, Y1") // += dmin·m_j·xsum_j
@@ -125,7 +151,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 		for h, y := range []int{3, 4} {
 			xb := 2*gr + h
 			g.i("VPMADDUBSW %d(SI), Y%d, Y%d", 64*xb, y, y)
-			g.i("VPBROADCASTW %d(SP), Y9", 2*xb)
+			g.i("VPSHUFB kqBcastW<>+%d(SB), Y7, Y9", 32*xb)
 			g.i("VPMADDWD Y9, Y%d, Y%d", y, y) // · sc_j
 			g.i("VPADDD Y%d, Y14, Y14", y)
 		}
@@ -427,18 +453,25 @@ func qaxpy4Q6KAVX2(g *gen, x x86) {
 // qdotRowsQ6KAVX2 is qdotRowsQ4KAVX2 for Q6_K super-blocks (210 bytes:
 // ql[128], qh[64], 16 int8 scales, F16 d). For h < 2 and k < 4, x block
 // 4h + k meets q = the low (k < 2) or high nibbles of ql[64h + 32(k&1):]
-// with bits 2k, 2k+1 of qh[32h:] on top (0..63, unsigned for VPMADDUBSW);
-// subtracting VPMADDUBSW of 32 gives Σ(q − 32)·x per pair, in int16 without
-// overflow (|q − 32| ≤ 32, |x| ≤ 127). VPMADDWD by the scales (int16:
-// elements 0–15 of the block have scale 8h + 2k, 16–31 scale 8h + 2k + 1)
-// sums the pairs into int32 lanes, so the super-block is summed in integers
-// and converted once, times d·d_x (x as quantizeXK leaves it), as GGML's
-// vec_dot_q6_K_q8_K does.
+// with bits 2k, 2k+1 of qh[32h:] on top (0..63, unsigned for VPMADDUBSW;
+// the two bits masked in place and shifted to bits 4–5). VPMADDWD by the
+// scales (int16: elements 0–15 of the block have scale 8h + 2k, 16–31 scale
+// 8h + 2k + 1, copied across each lane by VPSHUFB from the scales held in a
+// register) sums the pairs into int32 lanes. The −32 of every weight is
+// taken once per super-block: the accumulator starts at −32·Σ_i sc_i·S_i,
+// with S_i the sum of x's levels over elements 16i..16i+15, which
+// quantizeXK leaves in the super-block's x (int16, bytes 96–127 of its
+// 512). So the super-block is summed in integers, Σ_i sc_i·Σ (q − 32)·x
+// exactly, and converted once, times d·d_x, as GGML's vec_dot_q6_K_q8_K
+// does. Against the form that subtracted VPMADDUBSW of 32 per x block and
+// broadcast each scale from the stack (two multiplies and five other
+// operations less per 32 weights), Q6_K dots of 128 rows of 2048 in L2
+// (BenchmarkRawSets, AMD EPYC Zen 3, AVX2): see the commit that made it.
 func qdotRowsQ6KAVX2(g *gen) {
 	name := "qdotRowsQ6_KAVX2"
 	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
 	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $32-72", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
 	g.i("MOVQ w+0(FP), R8")
 	g.i("MOVQ stride+8(FP), R9")
 	g.i("MOVQ idx+16(FP), R12")
@@ -447,10 +480,6 @@ func qdotRowsQ6KAVX2(g *gen) {
 	g.i("MOVQ pf+64(FP), R10")
 	g.i("MOVQ ·f16Table(SB), R14")
 	qMasks(g, "R13") // Y13: bytes 0x0F
-	g.i("MOVL $0x03030303, R13")
-	g.i("VMOVD R13, X12")
-	g.i("VPBROADCASTD X12, Y12")       // bytes 0x03
-	g.i("VMOVDQU kqMask20<>(SB), Y11") // bytes 32
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
 	x86RowStart(g, "pf+64(FP)")
@@ -466,11 +495,14 @@ func qdotRowsQ6KAVX2(g *gen) {
 	}
 	g.i("MOVWLZX 208(R8)(AX*1), R13")
 	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
-	g.i("VPMOVSXBW 192(R8)(AX*1), Y7")   // the 16 scales as int16
-	g.i("VMOVDQU Y7, (SP)")
-	g.i("VPXOR Y8, Y8, Y8") // Σ_j sc_j·Σ (q − 32)·x, int32 lanes
+	g.i("VPMOVSXBW 192(R8)(AX*1), Y7")   // the 16 scales as int16: lane h holds 8h..8h+7
+	g.i("VPMADDWD 96(SI), Y7, Y8")       // Σ sc_i·S_i in pairs
+	g.i("VPSLLD $5, Y8, Y8")
+	g.i("VPXOR Y6, Y6, Y6")
+	g.i("VPSUBD Y8, Y6, Y8") // −32·Σ sc_i·S_i: Y8 sums Σ_i sc_i·Σ (q − 32)·x in int32 lanes
 	for h := 0; h < 2; h++ {
-		g.i("VMOVDQU %d(R8)(AX*1), Y2", 128+32*h) // qh
+		g.i("VPERMQ $%#x, Y7, Y6", []int{0x44, 0xee}[h]) // scales 8h..8h+7 in both lanes
+		g.i("VMOVDQU %d(R8)(AX*1), Y2", 128+32*h)        // qh
 		for k := 0; k < 4; k++ {
 			xb := 4*h + k
 			g.i("VMOVDQU %d(R8)(AX*1), Y3", 64*h+32*(k&1))
@@ -478,20 +510,18 @@ func qdotRowsQ6KAVX2(g *gen) {
 				g.i("VPSRLW $4, Y3, Y3")
 			}
 			g.i("VPAND Y13, Y3, Y3")
-			if k > 0 {
-				g.i("VPSRLW $%d, Y2, Y4", 2*k)
-				g.i("VPAND Y12, Y4, Y4")
-			} else {
-				g.i("VPAND Y12, Y2, Y4")
+			g.i("VPAND kq6High<>+%d(SB), Y2, Y4", 32*k) // bits 2k, 2k+1
+			switch k {
+			case 0:
+				g.i("VPSLLW $4, Y4, Y4")
+			case 1:
+				g.i("VPSLLW $2, Y4, Y4")
+			case 3:
+				g.i("VPSRLW $2, Y4, Y4")
 			}
-			g.i("VPSLLW $4, Y4, Y4")
 			g.i("VPOR Y4, Y3, Y3") // q, 0..63
 			g.i("VPMADDUBSW %d(SI), Y3, Y3", 64*xb)
-			g.i("VPMADDUBSW %d(SI), Y11, Y4", 64*xb)
-			g.i("VPSUBW Y4, Y3, Y3") // Σ (q − 32)·x in pairs
-			g.i("VPBROADCASTW %d(SP), X9", 2*(8*h+2*k))
-			g.i("VPBROADCASTW %d(SP), X10", 2*(8*h+2*k+1))
-			g.i("VINSERTI128 $1, X10, Y9, Y9") // elements 0–15: sc[8h+2k], 16–31: sc[8h+2k+1]
+			g.i("VPSHUFB kq6Scale<>+%d(SB), Y6, Y9", 32*k) // elements 0–15: sc[8h+2k], 16–31: sc[8h+2k+1]
 			g.i("VPMADDWD Y9, Y3, Y3")
 			g.i("VPADDD Y3, Y8, Y8")
 		}
