@@ -289,8 +289,8 @@ func BenchmarkRawSets(b *testing.B) {
 		for _, ks := range kernelSets() {
 			var dot, axpy func()
 			if d.Quantized() {
-				q, nbw, xq, xd := qIndex(d), cols/blockElems(d), xq, xd // weight blocks a row
-				if d.KQuant() { // the K-quants' x
+				q, nbw, xq, xd := qIndex(d), cols/blockElems(d), xq, xd // nbw: weight blocks a row
+				if d.KQuant() {                                         // the K-quants have an x of their own
 					xq, xd = make([]int8, 64*nb), make([]float32, 2*nb)
 					quantizeXFor(d)(xq, xd, x)
 				}

@@ -122,7 +122,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
 	k4Scales(g, "R8")
 	g.i("VEXTRACTI128 $1, Y7, X9")
-	g.i("VPACKUSDW X9, X7, X9")        // sc0–7 as int16
+	g.i("VPACKUSDW X9, X7, X9")       // sc0–7 as int16
 	g.i("VINSERTI128 $1, X9, Y9, Y7") // in both lanes
 	g.i("VCVTDQ2PS Y8, Y8")
 	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
