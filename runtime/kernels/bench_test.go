@@ -289,8 +289,9 @@ func BenchmarkRawSets(b *testing.B) {
 		for _, ks := range kernelSets() {
 			var dot, axpy func()
 			if d.Quantized() {
-				q, nbw, xq, xd := qIndex(d), cols/blockElems(d), xq, xd // nbw: weight blocks a row
-				if d.KQuant() {                                         // the K-quants have an x of their own
+				// nbw: weight blocks a row; the K-quants have an x of their own
+				q, nbw, xq, xd := qIndex(d), cols/blockElems(d), xq, xd
+				if d.KQuant() {
 					xq, xd = make([]int8, 64*nb), make([]float32, 2*nb)
 					quantizeXFor(d)(xq, xd, x)
 				}
