@@ -217,6 +217,9 @@ func qpackHalf16Q5_1AVX2(dst *byte, w unsafe.Pointer, stride int, nb int)
 func qgemm8x4AVX2(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
 
 //go:noescape
+func qgemm8x4Q8_0AVX2(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
+
+//go:noescape
 func qgemm8x4AVXVNNI(pw *byte, xq *int8, xstride int, xc *float32, cstride int, nb int, dst *float32, dstride int, pf unsafe.Pointer)
 
 //go:noescape

@@ -201,7 +201,7 @@ func amd64(g *gen) {
 				qpack8Q5(g, q, 8)
 				qpack8Q5(g, q, 16)
 			}
-			for _, v := range []string{"", "AVXVNNI", "AVX512VNNI"} {
+			for _, v := range []string{"", "Q8_0", "AVXVNNI", "AVX512VNNI"} {
 				qgemm8x4(g, v, 8)
 			}
 			qgemm8x4(g, "AVX512VNNI", 16)

@@ -152,9 +152,19 @@ func transposeStore(g *gen, base string, off, gstride int) {
 // the VEX VPDPBUSD, "AVX512VNNI" the EVEX one with x broadcast from memory.
 // With lanes 16 (AVX512VNNI only) it is qgemm16x4: sixteen rows of the
 // packed layout of qpackHalf16 in ZMM registers, 64 products an instruction.
+//
+// With vnni "Q8_0" (qgemm8x4Q8_0AVX2), the AVX2 form for Q8_0, whose
+// levels w + 128 VPMADDUBSW cannot take (255·127·2 overflows int16): each
+// group's levels get their sign bit back (w, signed), the token's four x are
+// multiplied by sign(w) (VPSIGNB) and meet |w| (VPABSB, ≤ 128; |x| ≤ 127, so
+// a pair is at most 32512), and the sums are Σ w·q_x with no m_w term. Four
+// accumulators (one a token: VPADDD's latency is one cycle) leave Y4 for |w|.
 func qgemm8x4(g *gen, vnni string, lanes int) {
 	name := "qgemm8x4AVX2"
-	if vnni != "" {
+	q8 := vnni == "Q8_0"
+	if q8 {
+		name, vnni = "qgemm8x4Q8_0AVX2", ""
+	} else if vnni != "" {
 		name = "qgemm8x4" + vnni
 	}
 	v := "Y"
@@ -192,7 +202,11 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 	g.p("loop:")
 	g.i("PREFETCHT0 (R13)")
 	g.i("ADDQ $64, R13")
-	for k := 0; k < 8; k++ {
+	nacc := 8
+	if q8 {
+		nacc = 4
+	}
+	for k := 0; k < nacc; k++ {
 		if v == "Z" {
 			g.i("VPXORD Z%d, Z%d, Z%d", k, k, k)
 		} else {
@@ -205,18 +219,28 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 		} else {
 			g.i("VMOVDQU %d(R8), Y12", 4*lanes*(grp+2))
 		}
+		if q8 {
+			g.i("VPXOR qSign<>(SB), Y12, Y12") // w
+			g.i("VPABSB Y12, Y4")              // |w|
+		}
 		for j := 0; j < 4; j++ {
 			acc := j + 4*(grp&1)
-			switch vnni {
-			case "":
+			switch {
+			case q8:
+				g.i("VPBROADCASTD %s, Y13", xm(j, 4*grp))
+				g.i("VPSIGNB Y12, Y13, Y13") // x·sign(w)
+				g.i("VPMADDUBSW Y13, Y4, Y14")
+				g.i("VPMADDWD Y15, Y14, Y14")
+				g.i("VPADDD Y14, Y%d, Y%d", j, j)
+			case vnni == "":
 				g.i("VPBROADCASTD %s, Y13", xm(j, 4*grp))
 				g.i("VPMADDUBSW Y13, Y12, Y14")
 				g.i("VPMADDWD Y15, Y14, Y14")
 				g.i("VPADDD Y14, Y%d, Y%d", acc, acc)
-			case "AVXVNNI":
+			case vnni == "AVXVNNI":
 				g.i("VPBROADCASTD %s, Y13", xm(j, 4*grp))
 				g.i(vpdpbusdVEX(acc, 12, 13))
-			case "AVX512VNNI":
+			case vnni == "AVX512VNNI":
 				g.i("VPDPBUSD.BCST %[1]s, %[2]s12, %[2]s%[3]d", xm(j, 4*grp), v, acc)
 			default:
 				panic("qgemm8x4: vnni " + vnni)
@@ -224,7 +248,9 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 		}
 	}
 	for j := 0; j < 4; j++ {
-		g.i("VPADDD %[1]s%[2]d, %[1]s%[3]d, %[1]s%[3]d", v, 4+j, j)
+		if !q8 {
+			g.i("VPADDD %[1]s%[2]d, %[1]s%[3]d, %[1]s%[3]d", v, 4+j, j)
+		}
 		g.i("VCVTDQ2PS %[1]s%[2]d, %[1]s%[2]d", v, j)
 		if v == "Z" { // d_x from its first copy
 			g.i("VMULPS.BCST %s, Z%d, Z%d", xm(j, 32), j, j)
@@ -232,8 +258,10 @@ func qgemm8x4(g *gen, vnni string, lanes int) {
 			g.i("VMULPS %s, Y%d, Y%d", xm(j, 32), j, j)
 		}
 		g.i("VFMADD231PS (R8), %[1]s%[2]d, %[1]s%[3]d", v, j, 8+j) // · d_w
-		g.i("VBROADCASTSS %s, %s13", cm[j], v)
-		g.i("VFNMADD231PS %d(R8), %[2]s13, %[2]s%[3]d", 4*lanes, v, 8+j) // − m_w·c
+		if !q8 {
+			g.i("VBROADCASTSS %s, %s13", cm[j], v)
+			g.i("VFNMADD231PS %d(R8), %[2]s13, %[2]s%[3]d", 4*lanes, v, 8+j) // − m_w·c
+		}
 	}
 	g.i("ADDQ $%d, R8", 40*lanes)
 	g.i("ADDQ $64, SI")

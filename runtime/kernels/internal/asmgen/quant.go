@@ -370,6 +370,10 @@ func quantizeXAVX2(g *gen) {
 		g.p("DATA qShift4<>+%d(SB)/4, $%d", 4*l, 4*(l/4))
 	}
 	g.p("GLOBL qShift4<>(SB), RODATA|NOPTR, $32")
+	for l := 0; l < 4; l++ { // qgemm8x4Q8_0AVX2: the sign bits of packed Q8_0 levels
+		g.p("DATA qSign<>+%d(SB)/8, $0x8080808080808080", 8*l)
+	}
+	g.p("GLOBL qSign<>(SB), RODATA|NOPTR, $32")
 	q5Data(g)
 	g.p("")
 	name := "quantizeXAVX2"
