@@ -245,6 +245,18 @@ func TestQuantRawGemm(t *testing.T) {
 			for _, nb := range nbs {
 				n, nx := 32*nb, 2*nb
 				m := randQMat(t, rng, dt, G, n)
+				if dt == format.Q8_0 && nb == 2 { // the extreme levels −128 (|w| = 128) and 127
+					for b := 0; b < len(m.Data); b += 34 {
+						for e := range 32 {
+							m.Data[b+2+e] = [2]byte{0x80, 0x7f}[(b/34+e)%2]
+						}
+					}
+					deq := make([]float32, G*n)
+					require.NoError(t, format.Dequantize(deq, m.Data, dt))
+					for i, v := range deq {
+						m.vals[i] = float64(v)
+					}
+				}
 				xq, xd := make([]int8, 4*2*n), make([]float32, 4*nx)
 				x := randVec(rng, 4*n)
 				if nb == 3 {
