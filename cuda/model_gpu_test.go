@@ -91,14 +91,22 @@ func TestGPUGreedyMatchesCPU(t *testing.T) {
 
 // TestGPULogitsAndScore: prefill and decode logits (dense) within 1e-3 of
 // the largest logit, and Score's NLL per token within 1e-3 nats of the CPU's
-// in every mode of the model. Q8_0/Q4_0 files: within 3e-2 and 0.15 nats.
-// Their decode products quantize x to int8 blocks, so a last-bit difference
-// of x (the GPU sums attention in another order) can move one block value by
-// a step, 1/127 of the block's largest: the CPU's own kernel sets differ as
-// much on the same file (stories260k Q8_0, per-token NLL: avx2 against
-// avx512vnni up to 0.031 nats, generic against avx512vnni up to 0.12; F32:
-// 1e-5), and the decode logits moved by 1.8% of the largest. A wrong kernel
-// shows far more, and the kernel tests hold each within 1e-5.
+// in every mode of the model. Q8_0/Q4_0 files: within 3e-2 and 0.15 nats in
+// dense; in the sparse modes the mean NLL over the scored tokens within
+// 0.2 nats and each token within 1 nat.
+// Their products quantize x to int8 blocks, so a last-bit difference of x
+// (the GPU sums attention in another order; the CPU's integer prefill sums
+// in another order than its float32 one) can move one block value by a
+// step, 1/127 of the block's largest, and on a 64-wide model that step
+// carries through every later layer, and in the sparse modes it can move a
+// neuron across the selection cut. The CPU's own kernel sets differ as much
+// on the same file: stories260k Q4_0, avx2 (integer prefill) against
+// generic (float32 prefill), on a Zen 3, per-token NLL up to 0.12 nats
+// dense and up to 0.61 in the sparse modes, the mean over the 11 tokens up
+// to 0.087 (every other quantized file here: within 5e-4); avx512vnni
+// against generic up to 0.12 on stories260k Q8_0, dense; F32: 1e-5. The
+// decode logits moved by 1.8% of the largest. A wrong kernel shows far
+// more, and the kernel tests hold each within 1e-5.
 func TestGPULogitsAndScore(t *testing.T) {
 	models := testModels(t)
 	if err := Available(); err != nil {
@@ -133,7 +141,16 @@ func TestGPULogitsAndScore(t *testing.T) {
 				require.NoError(t, err)
 				got, err := gpu.Score(seq[:9], seq[9:], sp)
 				require.NoError(t, err)
-				require.InDeltaSlice(t, want, got, nllTol, "NLL, %v", sp.Mode)
+				if _, ok := blockWeights(m); !ok || sp.Mode == runtime.Dense {
+					require.InDeltaSlice(t, want, got, nllTol, "NLL, %v", sp.Mode)
+					continue
+				}
+				require.InDeltaSlice(t, want, got, 1, "NLL, %v", sp.Mode)
+				var dw, dg float64
+				for i := range want {
+					dw, dg = dw+want[i], dg+got[i]
+				}
+				require.InDelta(t, dw/float64(len(want)), dg/float64(len(got)), 0.2, "mean NLL, %v", sp.Mode)
 			}
 		})
 	}
