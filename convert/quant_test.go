@@ -290,7 +290,14 @@ func TestConvertInterleaved(t *testing.T) {
 			// selectinfer gathers its rows (MatVecRows); each as the masked
 			// reference (every row computed, the others zeroed) on the same
 			// file. (Against the row-major file a flipped int8 activation
-			// rounding, above, can swap a neuron at gatefirst's cut.)
+			// rounding, above, can swap a neuron at gatefirst's cut.) Within
+			// 1e-3 of the logit range: the reference's AddRows over every
+			// row with the others' terms zero groups its terms for the
+			// four-row kernels otherwise than the gathered rows' AddRows,
+			// and that last-bit difference can flip one int8 rounding of
+			// x a layer later (tinystories Q4_0 gatefirst on the avx2 set,
+			// Zen 3: 2.0e-4 of the range at step 5; 1e-5 elsewhere); the
+			// active rows are compared exactly above.
 			for _, sp := range []runtime.Sparsity{{Mode: runtime.GateFirst, Phi: 0.25, Alpha: 0.2}, {Mode: runtime.SelectInfer, Phi: 0.4, Alpha: 0.2}} {
 				sparse, ref := xm.NewSession(pool(t), 0), xm.NewSession(pool(t), 0)
 				ref.MaskedReference = true
@@ -308,7 +315,7 @@ func TestConvertInterleaved(t *testing.T) {
 					require.NoError(t, err)
 					scale := max(slices.Max(want), -slices.Min(want))
 					for i, v := range want {
-						require.InDelta(t, v, got[i], 1e-5*float64(scale), "%v %v step %d logit %d", c.dt, sp.Mode, step, i)
+						require.InDelta(t, v, got[i], 1e-3*float64(scale), "%v %v step %d logit %d", c.dt, sp.Mode, step, i)
 					}
 					next = argmax(want)
 				}
