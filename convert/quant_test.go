@@ -291,13 +291,12 @@ func TestConvertInterleaved(t *testing.T) {
 			// reference (every row computed, the others zeroed) on the same
 			// file. (Against the row-major file a flipped int8 activation
 			// rounding, above, can swap a neuron at gatefirst's cut.) Within
-			// 1e-3 of the logit range: the reference's AddRows over every
-			// row with the others' terms zero groups its terms for the
-			// four-row kernels otherwise than the gathered rows' AddRows,
-			// and that last-bit difference can flip one int8 rounding of
-			// x a layer later (tinystories Q4_0 gatefirst on the avx2 set,
-			// Zen 3: 2.0e-4 of the range at step 5; 1e-5 elsewhere); the
-			// active rows are compared exactly above.
+			// 1e-3 of the logit range: the reference sums the down_proj
+			// rows in another order (every row, the others' terms zero),
+			// and a last-bit difference can flip one int8 rounding of x a
+			// layer later (measured: tinystories Q4_0 gatefirst on the
+			// avx2 set, Zen 3, 2.0e-4 of the range at step 5; the generic
+			// set within 1e-5); the active rows are compared exactly above.
 			for _, sp := range []runtime.Sparsity{{Mode: runtime.GateFirst, Phi: 0.25, Alpha: 0.2}, {Mode: runtime.SelectInfer, Phi: 0.4, Alpha: 0.2}} {
 				sparse, ref := xm.NewSession(pool(t), 0), xm.NewSession(pool(t), 0)
 				ref.MaskedReference = true

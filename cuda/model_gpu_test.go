@@ -116,7 +116,8 @@ func TestGPULogitsAndScore(t *testing.T) {
 		t.Run(mc.name, func(t *testing.T) {
 			m := mc.model
 			logitsTol, nllTol := 1e-3, 1e-3
-			if _, ok := blockWeights(m); ok {
+			_, quantized := blockWeights(m)
+			if quantized {
 				logitsTol, nllTol = 3e-2, 0.15
 			}
 			gpu := openGPU(t, m, Options{Context: 64})
@@ -141,7 +142,7 @@ func TestGPULogitsAndScore(t *testing.T) {
 				require.NoError(t, err)
 				got, err := gpu.Score(seq[:9], seq[9:], sp)
 				require.NoError(t, err)
-				if _, ok := blockWeights(m); !ok || sp.Mode == runtime.Dense {
+				if !quantized || sp.Mode == runtime.Dense {
 					require.InDeltaSlice(t, want, got, nllTol, "NLL, %v", sp.Mode)
 					continue
 				}
