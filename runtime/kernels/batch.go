@@ -11,10 +11,11 @@ import (
 // AddRowsBatch's is AddRows of a[t] — so that batching never changes a
 // greedy generation. The pool splits a call exactly as it splits the
 // single-token call of the same matrix (the same chunks). Within a chunk,
-// where the set has multi-token kernels (kernelSet.dotRowsB, qdotRowsB,
-// qaxpy4B: short float rows, Q8_0 and Q4_0 on x86-64) up to four tokens go
-// through each weight together, converted or unpacked once for all of them,
-// each token keeping the single-token kernel's accumulators and order.
+// where the set has multi-token kernels (kernelSet.dotRowsB, dot4B,
+// qdotRowsB, qaxpy4B: float rows on x86-64, Q8_0 and Q4_0 on AVX-512) up
+// to four tokens go through each weight together, converted or unpacked
+// once for all of them, each token keeping the single-token kernel's
+// accumulators and order.
 // Otherwise every token runs the single-token range code over a block of
 // weights small enough to stay in cache (batchBlockBytes) before the next
 // block is read: the weights come from memory once per step instead of once
@@ -317,8 +318,9 @@ func (j *job) addRowsColsBatch(dst func(t int) []float32, n, lo, hi, c0 int, mul
 // multi-token kernels for as many of the tokens as they take (from token 0,
 // in batchT's groups) and returns that count; the caller runs the others
 // one by one. The kernels exist for the rows that MatVec reads with dotRows
-// (contiguous rows shorter than seqRowBytes) and qdotRows (Q8_0 and Q4_0),
-// and give those kernels' results bit for bit.
+// (contiguous rows shorter than seqRowBytes), dot4 (longer ones:
+// batchLongRows) and qdotRows (Q8_0 and Q4_0), and give those kernels'
+// results bit for bit.
 func (j *job) batchRows(lo, hi int) int {
 	w, B, ks := j.w, j.t, j.ks
 	R, C, rb := w.Rows, w.Cols, w.RowBytes()
@@ -342,8 +344,11 @@ func (j *job) batchRows(lo, hi int) int {
 			done += T
 		}
 	}
-	if w.DType.Quantized() || rb >= seqRowBytes {
+	if w.DType.Quantized() {
 		return 0
+	}
+	if rb >= seqRowBytes {
+		return j.batchLongRows(lo, hi)
 	}
 	d, es := dtIndex(w.DType), w.DType.Size()
 	nb := C &^ (ks.blk - 1)
@@ -398,4 +403,51 @@ func addRowsCols(ks *kernelSet, w Mat, acc []float32, rows []int32, a []float32,
 		return
 	}
 	accumRows(ks, dtIndex(w.DType), w.DType.Size(), acc, base, rb, nrows, rs, a[lo:hi], true)
+}
+
+// batchLongRows is batchRows for float rows of seqRowBytes or more, which
+// matVecRange reads four at a time from lo with dot4: the whole groups of
+// four go through the set's dot4B for up to four tokens at once (each row
+// read once for them), then each token gets dot4's portable column tail
+// of those groups and matVecRange's rows after them. It returns B, or 0
+// where the set has no dot4B or a row is shorter than one SIMD block.
+// Llama-3.2-1B's down_proj and SmolLM2's (F16, 4 tokens) are such rows.
+func (j *job) batchLongRows(lo, hi int) int {
+	w, B, ks := j.w, j.t, j.ks
+	R, C, rb := w.Rows, w.Cols, w.RowBytes()
+	d, es := dtIndex(w.DType), w.DType.Size()
+	nb := C &^ (ks.blk - 1)
+	if nb == 0 || ks.dot4B[0][d] == nil {
+		return 0
+	}
+	end := lo + (hi-lo)/4*4
+	pf := 4 * max(1, (prefetchBytes+4*rb-1)/(4*rb)) * rb // matVecRange's ahead rows
+	done := 0
+	for end > lo {
+		T := batchT(B-done, func(T int) bool { return ks.dot4B[T-2][d] != nil })
+		if T == 0 {
+			break
+		}
+		ks.dot4B[T-2][d](unsafe.Add(dataPtr(w), lo*rb), rb, &j.x[done*C], 4*C, nb, end-lo, &j.dst[done*R+lo], 4*R, pf)
+		done += T
+	}
+	for t := range B {
+		x, dst := j.x[t*C:(t+1)*C], j.dst[t*R:(t+1)*R]
+		if t >= done {
+			matVecRange(ks, dst, w, nil, x, nil, nil, lo, hi)
+			continue
+		}
+		for k := lo; nb < C && k < end; k += 4 {
+			r := unsafe.Add(dataPtr(w), k*rb+nb*es)
+			s0, s1, s2, s3 := genericSet.dot4[d](r, unsafe.Add(r, rb), unsafe.Add(r, 2*rb), unsafe.Add(r, 3*rb), nil, nil, nil, nil, &x[nb], C-nb)
+			dst[k] += s0
+			dst[k+1] += s1
+			dst[k+2] += s2
+			dst[k+3] += s3
+		}
+		if end < hi {
+			matVecRange(ks, dst, w, nil, x, nil, nil, end, hi)
+		}
+	}
+	return B
 }

@@ -49,6 +49,21 @@ func cvtPanelsF32AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre 
 func dotRowsT2F32AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
 
 //go:noescape
+func dot4RowsT2F32AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT3F32AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dot4RowsT3F32AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT4F32AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dot4RowsT4F32AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
 func dot4F16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -79,6 +94,21 @@ func cvtPanelsF16AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre 
 func dotRowsT2F16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
 
 //go:noescape
+func dot4RowsT2F16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT3F16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dot4RowsT3F16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT4F16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dot4RowsT4F16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
 func dot4BF16AVX2(w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, x *float32, n int) (s0, s1, s2, s3 float32)
 
 //go:noescape
@@ -107,6 +137,21 @@ func cvtPanelsBF16AVX2(dst *float32, pstride int, src unsafe.Pointer, n int, pre
 
 //go:noescape
 func dotRowsT2BF16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dot4RowsT2BF16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT3BF16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dot4RowsT3BF16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dotRowsT4BF16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func dot4RowsT4BF16AVX2(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
 
 //go:noescape
 func gemmTF32AVX2(w unsafe.Pointer, wstride int, a *float32, astride int, dst *float32, dstride int, kc int)

@@ -116,6 +116,11 @@ type kernelSet struct {
 	// each weight converted once for all T, each token's sums dotRows' bit
 	// for bit.
 	dotRowsB [3][3]dotRowsBFunc
+	// dot4B[T−2][d] is the same for rows of seqRowBytes or more, each
+	// token's sums dot4's bit for bit (the rows of a group of four, one
+	// after the other; the caller takes the rows after the last whole group
+	// and the elements after the last 2·vw token by token, as dot4 does).
+	dot4B [3][3]dotRowsBFunc
 	// qdotRowsB[T−2][q] is qdotRows of Q8_0 (q 0) or Q4_0 (q 1) over m
 	// contiguous rows for T tokens, x as qBatchLayout writes it at xb:
 	// each block unpacked once for all T, each token's sums qdotRows' bit

@@ -34,7 +34,16 @@ var avx2Set = &kernelSet{
 	qpack:     qpacks,
 	qrows:     8,
 	qgemm:     avx2Qgemm,
-	dotRowsB:  [3][3]dotRowsBFunc{{dotRowsT2F32AVX2, dotRowsT2F16AVX2, dotRowsT2BF16AVX2}},
+	dotRowsB: [3][3]dotRowsBFunc{
+		{dotRowsT2F32AVX2, dotRowsT2F16AVX2, dotRowsT2BF16AVX2},
+		{dotRowsT3F32AVX2, dotRowsT3F16AVX2, dotRowsT3BF16AVX2},
+		{dotRowsT4F32AVX2, dotRowsT4F16AVX2, dotRowsT4BF16AVX2},
+	},
+	dot4B: [3][3]dotRowsBFunc{
+		{dot4RowsT2F32AVX2, dot4RowsT2F16AVX2, dot4RowsT2BF16AVX2},
+		{dot4RowsT3F32AVX2, dot4RowsT3F16AVX2, dot4RowsT3BF16AVX2},
+		{dot4RowsT4F32AVX2, dot4RowsT4F16AVX2, dot4RowsT4BF16AVX2},
+	},
 }
 
 var avx512Set = &kernelSet{

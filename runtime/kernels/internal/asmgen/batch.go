@@ -52,35 +52,18 @@ func nextRow(g *gen) {
 // t·xstride bytes; n a multiple of 2·vw. Token t keeps dotRow's four
 // accumulators (registers 4t..4t+3) and its sum, so its results are
 // dotRows' bit for bit; the rows are prefetched pf bytes ahead as there.
-// AVX-512: T ≤ 4 (16 accumulators, the weights in Z16..Z19); AVX2: T ≤ 2.
+// AVX-512: T ≤ 4 (16 accumulators, the weights in Z16..Z19); AVX2: T ≤ 2
+// here, and T 3 and 4 in dotRowsBatchHalves.
 func (x x86) dotRowsBatch(g *gen, d dtype, T int) {
-	name := fmt.Sprintf("dotRowsT%d%s%s", T, d.name, x.name)
-	x.text(g, name, 72, "(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)")
-	xr := []string{"SI", "R12", "R14", "R15"}[:T] // token t's x
-	w := 16                                       // the four weight vectors
+	if x.r == "Y" && T > 2 {
+		x.dotRowsBatchHalves(g, d, T)
+		return
+	}
+	xr := x.dotRowsBatchHead(g, d, T)
+	w := 16 // the four weight vectors
 	if x.r == "Y" {
 		w = 4 * T
-		if T > 2 {
-			panic("dotRowsBatch: AVX2 takes two tokens")
-		}
 	}
-	g.i("MOVQ w+0(FP), R8")
-	g.i("MOVQ stride+8(FP), R9")
-	g.i("MOVQ x+16(FP), SI")
-	g.i("MOVQ xstride+24(FP), R13")
-	for t := 1; t < T; t++ {
-		g.i("LEAQ (%s)(R13*1), %s", xr[t-1], xr[t])
-	}
-	g.i("MOVQ n+32(FP), CX")
-	g.i("MOVQ m+40(FP), BX")
-	g.i("MOVQ dst+48(FP), DI")
-	g.i("MOVQ dstride+56(FP), R13")
-	g.i("MOVQ pf+64(FP), R10")
-	g.i("MOVQ CX, DX")
-	g.i("ANDQ $-%d, DX", 4*x.vw)
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	g.p("row:")
 	g.i("LEAQ (R8)(R10*1), R11")
 	acc := func(t, k int) int { return 4*t + k }
 	for t := range T {
@@ -377,4 +360,158 @@ func qaxpy4Batch(g *gen, q qtype) {
 	g.i("CMPQ DX, BX")
 	g.i("JB token")
 	loopTail(g, fmt.Sprintf("ADDQ $%d, AX", q.bb), "ADDQ $128, DI")
+}
+
+// dotRowsBatchHead emits the TEXT line and argument loads of a multi-token
+// dot (dotRowsBatch's registers: R8 the row, R9 the stride, token t's x in
+// the returned register, CX n, DX n rounded down to 4·vw, BX rows, DI dst,
+// R13 dstride, R10 pf) up to the row: label, and returns the x registers.
+func (x x86) dotRowsBatchHead(g *gen, d dtype, T int) []string {
+	name := fmt.Sprintf("dotRowsT%d%s%s", T, d.name, x.name)
+	x.text(g, name, 72, "(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)")
+	xr := []string{"SI", "R12", "R14", "R15"}[:T] // token t's x
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("MOVQ x+16(FP), SI")
+	g.i("MOVQ xstride+24(FP), R13")
+	for t := 1; t < T; t++ {
+		g.i("LEAQ (%s)(R13*1), %s", xr[t-1], xr[t])
+	}
+	g.i("MOVQ n+32(FP), CX")
+	g.i("MOVQ m+40(FP), BX")
+	g.i("MOVQ dst+48(FP), DI")
+	g.i("MOVQ dstride+56(FP), R13")
+	g.i("MOVQ pf+64(FP), R10")
+	g.i("MOVQ CX, DX")
+	g.i("ANDQ $-%d, DX", 4*x.vw)
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.p("row:")
+	return xr
+}
+
+// dotRowsBatchHalves is dotRowsBatch on AVX2 for T of 3 or 4 tokens, whose
+// 4·T accumulators do not fit sixteen YMM registers with the weights: each
+// row is run twice, first through dotRow's accumulators 0 and 1 (the first
+// two vectors of each step, and the tail), whose sum each token keeps
+// (Y10..Y13), then through 2 and 3. The second pass reads the row from L1
+// (a row of 8192 F16 weights is 16 KiB), so memory still sees each weight
+// once; dotRow's sum (a0+a1)+(a2+a3) is unchanged, so the results are
+// dotRows' bit for bit.
+func (x x86) dotRowsBatchHalves(g *gen, d dtype, T int) {
+	xr := x.dotRowsBatchHead(g, d, T)
+	acc := func(t, k int) int { return 2*t + k } // Y0..Y7
+	const w, keep = 8, 10                        // weights Y8, Y9; token t's a0+a1 in Y(10+t)
+	g.i("LEAQ (R8)(R10*1), R11")
+	for half := range 2 {
+		for t := range T {
+			x.zero(g, acc(t, 0))
+			x.zero(g, acc(t, 1))
+		}
+		g.i("XORQ AX, AX")
+		g.i("TESTQ DX, DX")
+		g.i("JEQ tail%d", half)
+		g.p("loop%d:", half)
+		if half == 0 {
+			for off := 0; off < 4*x.vw*d.size; off += 64 {
+				g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+			}
+		}
+		for k := range 2 {
+			x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", (2*half+k)*x.vw*d.size, d.size), x.v(w+k))
+		}
+		for t := range T {
+			for k := range 2 {
+				g.i("VFMADD231PS %d(%s)(AX*4), %s, %s", (2*half+k)*4*x.vw, xr[t], x.v(w+k), x.v(acc(t, k)))
+			}
+		}
+		g.i("ADDQ $%d, AX", 4*x.vw)
+		g.i("CMPQ AX, DX")
+		g.i("JB loop%d", half)
+		g.p("tail%d:", half)
+		if half == 0 { // dotRow's tail: two vectors into accumulators 0 and 1
+			g.i("CMPQ AX, CX")
+			g.i("JAE sum0")
+			for off := 0; off < 2*x.vw*d.size; off += 64 {
+				g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+			}
+			x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(w))
+			x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(w+1))
+			for t := range T {
+				g.i("VFMADD231PS (%s)(AX*4), %s, %s", xr[t], x.v(w), x.v(acc(t, 0)))
+				g.i("VFMADD231PS %d(%s)(AX*4), %s, %s", 4*x.vw, xr[t], x.v(w+1), x.v(acc(t, 1)))
+			}
+			g.p("sum0:")
+			for t := range T {
+				g.i("VADDPS Y%d, Y%d, Y%d", acc(t, 1), acc(t, 0), keep+t)
+			}
+		}
+	}
+	// (a2+a3), then (a0+a1)+(a2+a3), then the halves of the register, into X_t.
+	for t := range T {
+		g.i("VADDPS Y%d, Y%d, Y%d", acc(t, 1), acc(t, 0), acc(t, 0))
+		g.i("VADDPS Y%d, Y%d, Y%d", acc(t, 0), keep+t, keep+t)
+	}
+	for t := range T {
+		g.i("VEXTRACTF128 $1, Y%d, X%d", keep+t, w)
+		g.i("VADDPS X%d, X%d, X%d", w, keep+t, t)
+	}
+	combineTokens(g, T)
+	storeTokens(g, T)
+	nextRow(g)
+}
+
+// dot4RowsBatch: dotRowsBatch's contract for rows of seqRowBytes or more,
+// which a single-token MatVec reads four at a time with dot4: each token
+// keeps dot4's two accumulators per row (Y2t, Y2t+1), the step of 2·vw
+// elements (n a multiple of it) and dot4's sum of each row, which depends
+// on that row alone, so its results are dot4's bit for bit. One row at a
+// time, prefetched pf bytes ahead. AVX2, T ≤ 4.
+func (x x86) dot4RowsBatch(g *gen, d dtype, T int) {
+	name := fmt.Sprintf("dot4RowsT%d%s%s", T, d.name, x.name)
+	x.text(g, name, 72, "(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)")
+	xr := []string{"SI", "R12", "R14", "R15"}[:T]
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("MOVQ x+16(FP), SI")
+	g.i("MOVQ xstride+24(FP), R13")
+	for t := 1; t < T; t++ {
+		g.i("LEAQ (%s)(R13*1), %s", xr[t-1], xr[t])
+	}
+	g.i("MOVQ n+32(FP), CX")
+	g.i("MOVQ m+40(FP), BX")
+	g.i("MOVQ dst+48(FP), DI")
+	g.i("MOVQ dstride+56(FP), R13")
+	g.i("MOVQ pf+64(FP), R10")
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.p("row:")
+	g.i("LEAQ (R8)(R10*1), R11")
+	for i := range 2 * T {
+		x.zero(g, i)
+	}
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ sum")
+	g.p("loop:")
+	for off := 0; off < 2*x.vw*d.size; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+	}
+	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(8))
+	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(9))
+	for t := range T {
+		g.i("VFMADD231PS (%s)(AX*4), %s, %s", xr[t], x.v(8), x.v(2*t))
+		g.i("VFMADD231PS %d(%s)(AX*4), %s, %s", 4*x.vw, xr[t], x.v(9), x.v(2*t+1))
+	}
+	g.i("ADDQ $%d, AX", 2*x.vw)
+	g.i("CMPQ AX, CX")
+	g.i("JB loop")
+	g.p("sum:")
+	for t := range T {
+		g.i("VADDPS %s, %s, %s", x.v(2*t+1), x.v(2*t), x.v(2*t))
+	}
+	r := func(t int) int { return 2 * min(t, T-1) }
+	hsum4(g, r(0), r(1), r(2), r(3)) // dot4's, the tokens in the rows' lanes
+	storeTokens(g, T)
+	nextRow(g)
 }

@@ -82,14 +82,9 @@ type x86 struct {
 	tt, tc int    // outer-product micro-kernel: tokens × columns
 }
 
-// batchT is the most tokens the set's multi-token decode kernels take
-// (batch.go): as many as their accumulators leave registers for.
-func (x x86) batchT() int {
-	if x.r == "Z" {
-		return 4
-	}
-	return 2
-}
+// maxBatchT is the most tokens the multi-token decode kernels take
+// (kernels/batch.go's batchT).
+const maxBatchT = 4
 
 func (x x86) v(i int) string { return fmt.Sprintf("%s%d", x.r, i) }
 
@@ -177,8 +172,11 @@ func amd64(g *gen) {
 			x.gemm(g, d)
 			x.cvt(g, d)
 			x.cvtPanels(g, d)
-			for T := 2; T <= x.batchT(); T++ {
+			for T := 2; T <= maxBatchT; T++ {
 				x.dotRowsBatch(g, d, T)
+				if x.r == "Y" {
+					x.dot4RowsBatch(g, d, T)
+				}
 			}
 		}
 		x.gemmT(g)
@@ -208,7 +206,7 @@ func amd64(g *gen) {
 		} else {
 			for _, q := range qtypes {
 				x.qaxpy4(g, q)
-				for T := 2; T <= x.batchT(); T++ {
+				for T := 2; T <= maxBatchT; T++ {
 					qdotRowsBatch(g, q, T)
 				}
 				qaxpy4Batch(g, q)
