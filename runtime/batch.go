@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -127,8 +128,14 @@ func (s *Session) submit(fn func() error, id int) error {
 
 // loop collects requests into steps: the first one that arrives, then the
 // others of the live sessions for up to Wait; work that needs the pool alone
-// runs first, in arrival order, then the decode steps as one batch.
+// runs first, in arrival order, then the decode steps as one batch. It keeps
+// one OS thread: as the pool's caller it would otherwise resume on another
+// of the Go runtime's threads after each wait, and the pool's scheduler
+// signal (kernels' adapt) read two of the process's threads competing for
+// a CPU where there was one (TestBatcherOneThread has the figures).
 func (b *Batcher) loop() {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	defer close(b.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
