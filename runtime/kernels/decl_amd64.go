@@ -229,6 +229,15 @@ func qdotX16Q8_0AVX2(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, ds
 func qdotX16Q8_0AVXVNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
 
 //go:noescape
+func qdotX16T2Q8_0AVX2(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T3Q8_0AVX2(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T4Q8_0AVX2(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
 func qpackX16Q8_0AVX2(dst *byte, w unsafe.Pointer, nb int)
 
 //go:noescape
@@ -242,6 +251,15 @@ func qdotX16Q4_0AVX2(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, ds
 
 //go:noescape
 func qdotX16Q4_0AVXVNNI(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qdotX16T2Q4_0AVX2(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T3Q4_0AVX2(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
+func qdotX16T4Q4_0AVX2(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
 
 //go:noescape
 func qpackX16Q4_0AVX2(dst *byte, w unsafe.Pointer, nb int)

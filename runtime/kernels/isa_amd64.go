@@ -184,6 +184,14 @@ func init() {
 	// VPMADDUBSW without).
 	avx2Set.qdotX = [2]qdotXFunc{qdotX16Q8_0AVX2, qdotX16Q4_0AVX2}
 	avx512Set.qdotX = avx2Set.qdotX
+	// Their multi-token forms; not the AVX-VNNI set's: its Q8_0 single-token
+	// kernel sums otherwise (sign bits flipped, 16·c off per block).
+	avx2Set.qdotXB = [3][2]qdotXBFunc{
+		{qdotX16T2Q8_0AVX2, qdotX16T2Q4_0AVX2},
+		{qdotX16T3Q8_0AVX2, qdotX16T3Q4_0AVX2},
+		{qdotX16T4Q8_0AVX2, qdotX16T4Q4_0AVX2},
+	}
+	avx512Set.qdotXB = avx2Set.qdotXB
 	avxvnniSet.qdotX = [2]qdotXFunc{qdotX16Q8_0AVXVNNI, qdotX16Q4_0AVXVNNI}
 	// Their prefill packs a group as two of qgemm8x4's eight-row groups (a
 	// Go dequantization instead gave 1B Q4_0 prefill 24–26 tokens/s against

@@ -549,3 +549,156 @@ func qpackX16YMM(g *gen, q qtype) {
 	}
 	loopTail(g, fmt.Sprintf("ADDQ $%d, SI", xgroupBytes(q)), fmt.Sprintf("ADDQ $%d, DI", qpackStride), fmt.Sprintf("ADDQ $%d, R8", qpackStride))
 }
+
+// qdotX16YMMBatch is qdotX16YMM (vnni "") for T tokens at once, qdotX16T<T>'s
+// arguments (the multi-token form of MatVecBatch on the AVX2 sets): each
+// chunk is loaded and unpacked once for the T tokens. Registers do not hold
+// both halves of T tokens, so a group is run twice over its blocks, rows 0–7
+// then 8–15 (the group's blocks, 288 or 544 bytes a block column, stay in
+// L1 between the runs), token t's int32 sums in Y(8+t) and its float32
+// results in Yt; x's element groups are broadcast from memory per product.
+// Each lane keeps the single-token kernel's arithmetic: its integer sums are
+// exact in any order and its float32 steps per block are the same, so every
+// token's sums are qdotX16YMM's bit for bit.
+func qdotX16YMMBatch(g *gen, q qtype, T int) {
+	x := x86{name: "AVX2", r: "Y"}
+	name := fmt.Sprintf("qdotX16T%d%sAVX2", T, q.name)
+	x.text(g, name, 72, "(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)")
+	xp := []string{"R8", "R12", "R13", "R14"}[:T]  // token t's x
+	xdp := []string{"R11", "R10", "R15", "DX"}[:T] // its xd; xd[nb+b] at (xdp)(R9*4)
+	ia := func(t int) int { return 8 + t }
+	g.i("MOVQ w+0(FP), SI")
+	g.i("MOVQ nb+8(FP), R9")
+	g.i("MOVQ ng+48(FP), BX")
+	g.i("MOVQ dst+56(FP), DI")
+	g.i("MOVQ dstride+64(FP), AX")
+	if q.name == "Q4_0" {
+		g.i("MOVL $0x0f0f0f0f, CX")
+		g.i("VMOVD CX, X15")
+		g.i("VPBROADCASTD X15, Y15")
+	}
+	ones := 15
+	if q.name == "Q4_0" {
+		ones = 14
+	}
+	g.i("MOVL $0x00010001, CX") // int16 ones for VPMADDWD
+	g.i("VMOVD CX, X%d", ones)
+	g.i("VPBROADCASTD X%d, Y%d", ones, ones)
+	g.i("TESTQ R9, R9")
+	g.i("JEQ zero")
+	g.p("group:")
+	for h := range 2 {
+		for i, ps := range [][]string{xp, xdp} {
+			g.i("MOVQ %s, %s", []string{"xq+16(FP)", "xd+32(FP)"}[i], ps[0])
+			if T > 1 {
+				g.i("MOVQ %s, CX", []string{"xstride+24(FP)", "xdstride+40(FP)"}[i])
+			}
+			for t := 1; t < T; t++ {
+				g.i("LEAQ (%s)(CX*1), %s", ps[t-1], ps[t])
+			}
+		}
+		g.i("MOVQ R9, CX")
+		for t := range T {
+			g.i("VXORPS Y%[1]d, Y%[1]d, Y%[1]d", t)
+		}
+		g.p("block%d:", h)
+		for t := range T {
+			g.i("VPXOR Y%[1]d, Y%[1]d, Y%[1]d", ia(t))
+		}
+		// the four products of lanes u (unsigned) by token t's x group e
+		prod := func(t, u, e int) {
+			g.i("VPBROADCASTD %d(%s), Y6", 4*e, xp[t])
+			g.i("VPMADDUBSW Y6, Y%d, Y6", u)
+			g.i("VPMADDWD Y%d, Y6, Y6", ones)
+			g.i("VPADDD Y6, Y%[1]d, Y%[1]d", ia(t))
+		}
+		if q.name == "Q4_0" {
+			for j := range 4 {
+				g.i("VMOVDQU %d(SI), Y4", 32+64*j+32*h)
+				g.i("VPSRLW $4, Y4, Y5")
+				g.i("VPAND Y4, Y15, Y4")
+				g.i("VPAND Y5, Y15, Y5")
+				for t := range T {
+					prod(t, 4, 2*j)
+					prod(t, 5, 2*j+1)
+				}
+			}
+		} else {
+			for k := range 8 {
+				g.i("VMOVDQU %d(SI), Y5", 32+64*k+32*h)
+				g.i("VPABSB Y5, Y4")
+				for t := range T {
+					g.i("VPBROADCASTD %d(%s), Y6", 4*k, xp[t])
+					g.i("VPSIGNB Y5, Y6, Y6") // x·sign(w)
+					g.i("VPMADDUBSW Y6, Y4, Y6")
+					g.i("VPMADDWD Y%d, Y6, Y6", ones)
+					g.i("VPADDD Y6, Y%[1]d, Y%[1]d", ia(t))
+				}
+			}
+		}
+		g.i("VCVTPH2PS %d(SI), Y7", 16*h)
+		for t := range T {
+			a := ia(t)
+			g.i("VCVTDQ2PS Y%[1]d, Y%[1]d", a)
+			g.i("VBROADCASTSS (%s), Y12", xdp[t])
+			g.i("VMULPS Y12, Y%[1]d, Y%[1]d", a)
+			if q.name == "Q4_0" {
+				g.i("VBROADCASTSS (%s)(R9*4), Y13", xdp[t]) // 8·d_x·Σq_x
+				g.i("VSUBPS Y13, Y%[1]d, Y%[1]d", a)
+			}
+			g.i("VFMADD231PS Y%d, Y7, Y%d", a, t)
+		}
+		g.i("ADDQ $%d, SI", xgroupBytes(q))
+		for t := range T {
+			g.i("ADDQ $64, %s", xp[t])
+			g.i("ADDQ $4, %s", xdp[t])
+		}
+		g.i("DECQ CX")
+		g.i("JNE block%d", h)
+		xStoreTokens(g, T, 32*h, "")
+		if h == 0 { // back to the group's first block column
+			g.i("MOVQ R9, CX")
+			g.i("IMULQ $%d, CX", xgroupBytes(q))
+			g.i("SUBQ CX, SI")
+		}
+	}
+	g.i("ADDQ $64, DI")
+	g.i("DECQ BX")
+	g.i("JNE group")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("zero:") // rows of no blocks: zeros
+	g.i("VXORPS Y0, Y0, Y0")
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.p("zloop:")
+	xStoreTokens(g, T, 0, "Y0")
+	xStoreTokens(g, T, 32, "Y0")
+	g.i("ADDQ $64, DI")
+	g.i("DECQ BX")
+	g.i("JNE zloop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// xStoreTokens stores token t's eight float32 results (Yt, or src for all
+// when set) at DI + t·AX + off bytes, t < T (CX clobbered for t = 3).
+func xStoreTokens(g *gen, T, off int, src string) {
+	for t := range T {
+		r := src
+		if r == "" {
+			r = fmt.Sprintf("Y%d", t)
+		}
+		switch t {
+		case 0:
+			g.i("VMOVUPS %s, %d(DI)", r, off)
+		case 1, 2:
+			g.i("VMOVUPS %s, %d(DI)(AX*%d)", r, off, t)
+		case 3:
+			g.i("LEAQ (DI)(AX*2), CX")
+			g.i("VMOVUPS %s, %d(CX)(AX*1)", r, off)
+		}
+	}
+}

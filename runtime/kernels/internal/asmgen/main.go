@@ -193,6 +193,9 @@ func amd64(g *gen) {
 				qpack8(g, q, 16)
 				qdotX16YMM(g, q, "")
 				qdotX16YMM(g, q, "AVXVNNI")
+				for T := 2; T <= maxBatchT; T++ {
+					qdotX16YMMBatch(g, q, T)
+				}
 				qpackX16YMM(g, q)
 			}
 			for _, q := range q5types {
