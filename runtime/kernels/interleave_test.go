@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -96,6 +97,48 @@ func TestInterleavedProducts(t *testing.T) {
 						return fmt.Sprintf("kernels: %s takes row-major rows, not %v (spec §5.4: a sliced layer's up_proj and down_proj.weight_t are not interleaved)", op, w.DType)
 					}
 					require.PanicsWithValue(t, refused("AddRows"), func() { AddRows(p, make([]float32, cols), w, nil, make([]float32, rows)) })
+				}
+			}
+		})
+	})
+}
+
+// TestInterleavedBatchExtremes: at the extreme levels (every Q4_0 nibble 15,
+// every Q8_0 value −128, every x at the largest int8 level) each token of
+// MatVecBatch still equals MatVec bit for bit and the exact sum: the AVX2
+// multi-token Q4_0 kernel adds a block's VPMADDUBSW pair sums in int16
+// lanes (here 8·2·15·127 = 30480 of 32767).
+func TestInterleavedBatchExtremes(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			const rows, cols, T = 16, 256, 4
+			for _, dt := range []format.DType{format.Q8_0, format.Q4_0} {
+				bb, level, fill := 34, -128.0, byte(0x80)
+				if dt == format.Q4_0 {
+					bb, level, fill = 18, 7, 0xff
+				}
+				data := make([]byte, rows*cols/32*bb)
+				for b := 0; b < len(data); b += bb {
+					data[b+1] = 0x3c // d = 1.0 (F16 0x3c00)
+					for i := 2; i < bb; i++ {
+						data[b+i] = fill
+					}
+				}
+				w := xMat(t, testMat{Mat: Mat{DType: dt, Rows: rows, Cols: cols, Data: data}})
+				x := make([]float32, T*cols)
+				for i := range x {
+					x[i] = 1 - 2*float32(i/cols%2) // tokens of +1s and −1s: x at ±127·d_x
+				}
+				got := make([]float32, T*rows)
+				MatVecBatch(p, got, w, x, T)
+				one := make([]float32, rows)
+				for u := range T {
+					MatVec(p, one, w, x[u*cols:(u+1)*cols])
+					require.Equal(t, one, got[u*rows:(u+1)*rows], "MatVecBatch %v token %d", w.DType, u)
+					want := float32(level * float64(cols) * float64(x[u*cols]))
+					for r := range rows {
+						checkClose(t, one[r], float64(want), 1, 1e-3*math.Abs(float64(want)), "MatVec %v token %d row %d", w.DType, u, r)
+					}
 				}
 			}
 		})

@@ -602,28 +602,35 @@ func qdotX16YMMBatch(g *gen, q qtype, T int) {
 			g.i("VXORPS Y%[1]d, Y%[1]d, Y%[1]d", t)
 		}
 		g.p("block%d:", h)
-		for t := range T {
-			g.i("VPXOR Y%[1]d, Y%[1]d, Y%[1]d", ia(t))
-		}
-		// the four products of lanes u (unsigned) by token t's x group e
-		prod := func(t, u, e int) {
-			g.i("VPBROADCASTD %d(%s), Y6", 4*e, xp[t])
-			g.i("VPMADDUBSW Y6, Y%d, Y6", u)
-			g.i("VPMADDWD Y%d, Y6, Y6", ones)
-			g.i("VPADDD Y6, Y%[1]d, Y%[1]d", ia(t))
-		}
 		if q.name == "Q4_0" {
+			// A lane's eight pair sums of a block by VPMADDUBSW are each
+			// within 2·15·128, so they add up exactly in int16 (≤ 30720),
+			// then once to int32 by VPMADDWD: the same integers as the
+			// single-token kernel's, one VPMADDWD a block instead of eight.
 			for j := range 4 {
 				g.i("VMOVDQU %d(SI), Y4", 32+64*j+32*h)
 				g.i("VPSRLW $4, Y4, Y5")
 				g.i("VPAND Y4, Y15, Y4")
 				g.i("VPAND Y5, Y15, Y5")
 				for t := range T {
-					prod(t, 4, 2*j)
-					prod(t, 5, 2*j+1)
+					for k, u := range []int{4, 5} {
+						g.i("VPBROADCASTD %d(%s), Y6", 4*(2*j+k), xp[t])
+						if j == 0 && k == 0 {
+							g.i("VPMADDUBSW Y6, Y%d, Y%d", u, ia(t))
+							continue
+						}
+						g.i("VPMADDUBSW Y6, Y%d, Y6", u)
+						g.i("VPADDW Y6, Y%[1]d, Y%[1]d", ia(t))
+					}
 				}
 			}
+			for t := range T {
+				g.i("VPMADDWD Y%[1]d, Y%[2]d, Y%[2]d", ones, ia(t))
+			}
 		} else {
+			for t := range T {
+				g.i("VPXOR Y%[1]d, Y%[1]d, Y%[1]d", ia(t))
+			}
 			for k := range 8 {
 				g.i("VMOVDQU %d(SI), Y5", 32+64*k+32*h)
 				g.i("VPABSB Y5, Y4")
