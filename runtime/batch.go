@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	goruntime "runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -134,8 +133,7 @@ func (s *Session) submit(fn func() error, id int) error {
 // signal (kernels' adapt) read two of the process's threads competing for
 // a CPU where there was one (TestBatcherOneThread has the figures).
 func (b *Batcher) loop() {
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
+	defer lockThread()()
 	defer close(b.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
