@@ -90,18 +90,7 @@ func (x x86) dotRowsBatch(g *gen, d dtype, T int) {
 	g.i("CMPQ AX, DX")
 	g.i("JB loop")
 	g.p("tail:")
-	g.i("CMPQ AX, CX")
-	g.i("JAE sum")
-	for off := 0; off < 2*x.vw*d.size; off += 64 {
-		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
-	}
-	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(w))
-	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(w+1))
-	for t := range T {
-		g.i("VFMADD231PS (%s)(AX*4), %s, %s", xr[t], x.v(w), x.v(acc(t, 0)))
-		g.i("VFMADD231PS %d(%s)(AX*4), %s, %s", 4*x.vw, xr[t], x.v(w+1), x.v(acc(t, 1)))
-	}
-	g.p("sum:")
+	x.dotRowsBatchTail(g, d, xr, w, acc, "sum")
 	// dotRow's sum per token, into X_t (its accumulators 4t..4t+3 are
 	// free once summed; token 0's X0 is its own first accumulator).
 	for t := range T {
@@ -429,19 +418,8 @@ func (x x86) dotRowsBatchHalves(g *gen, d dtype, T int) {
 		g.i("CMPQ AX, DX")
 		g.i("JB loop%d", half)
 		g.p("tail%d:", half)
-		if half == 0 { // dotRow's tail: two vectors into accumulators 0 and 1
-			g.i("CMPQ AX, CX")
-			g.i("JAE sum0")
-			for off := 0; off < 2*x.vw*d.size; off += 64 {
-				g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
-			}
-			x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(w))
-			x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(w+1))
-			for t := range T {
-				g.i("VFMADD231PS (%s)(AX*4), %s, %s", xr[t], x.v(w), x.v(acc(t, 0)))
-				g.i("VFMADD231PS %d(%s)(AX*4), %s, %s", 4*x.vw, xr[t], x.v(w+1), x.v(acc(t, 1)))
-			}
-			g.p("sum0:")
+		if half == 0 {
+			x.dotRowsBatchTail(g, d, xr, w, acc, "sum0")
 			for t := range T {
 				g.i("VADDPS Y%d, Y%d, Y%d", acc(t, 1), acc(t, 0), keep+t)
 			}
@@ -514,4 +492,23 @@ func (x x86) dot4RowsBatch(g *gen, d dtype, T int) {
 	hsum4(g, r(0), r(1), r(2), r(3)) // dot4's, the tokens in the rows' lanes
 	storeTokens(g, T)
 	nextRow(g)
+}
+
+// dotRowsBatchTail emits dotRow's tail for every token (xr) of a
+// multi-token dot: where AX < CX, two vectors more (weights into w and
+// w+1, prefetched pf ahead) into each token's accumulators acc(t, 0) and
+// acc(t, 1); then the label sum.
+func (x x86) dotRowsBatchTail(g *gen, d dtype, xr []string, w int, acc func(t, k int) int, sum string) {
+	g.i("CMPQ AX, CX")
+	g.i("JAE %s", sum)
+	for off := 0; off < 2*x.vw*d.size; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*%d)", off, d.size)
+	}
+	x.loadW(g, d, fmt.Sprintf("(R8)(AX*%d)", d.size), x.v(w))
+	x.loadW(g, d, fmt.Sprintf("%d(R8)(AX*%d)", x.vw*d.size, d.size), x.v(w+1))
+	for t := range xr {
+		g.i("VFMADD231PS (%s)(AX*4), %s, %s", xr[t], x.v(w), x.v(acc(t, 0)))
+		g.i("VFMADD231PS %d(%s)(AX*4), %s, %s", 4*x.vw, xr[t], x.v(w+1), x.v(acc(t, 1)))
+	}
+	g.p("%s:", sum)
 }

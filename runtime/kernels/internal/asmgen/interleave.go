@@ -476,7 +476,14 @@ func xdotTail(g *gen, advance func(), store func(zero bool), zero string) {
 	g.i("JNE group")
 	g.i("VZEROUPPER")
 	g.i("RET")
-	g.p("zero:") // rows of no blocks: zeros
+	xdotZero(g, store, zero)
+}
+
+// xdotZero ends an x86 qdotX16 kernel with its zero: label, for rows of no
+// blocks: zero clears the register store(true) stores for each of the BX
+// groups at DI.
+func xdotZero(g *gen, store func(zero bool), zero string) {
+	g.p("zero:")
 	g.i(zero)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
@@ -674,20 +681,10 @@ func qdotX16YMMBatch(g *gen, q qtype, T int) {
 	g.i("JNE group")
 	g.i("VZEROUPPER")
 	g.i("RET")
-	g.p("zero:") // rows of no blocks: zeros
-	g.i("VXORPS Y0, Y0, Y0")
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	g.p("zloop:")
-	xStoreTokens(g, T, 0, "Y0")
-	xStoreTokens(g, T, 32, "Y0")
-	g.i("ADDQ $64, DI")
-	g.i("DECQ BX")
-	g.i("JNE zloop")
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	xdotZero(g, func(bool) {
+		xStoreTokens(g, T, 0, "Y0")
+		xStoreTokens(g, T, 32, "Y0")
+	}, "VXORPS Y0, Y0, Y0")
 }
 
 // xStoreTokens stores token t's eight float32 results (Yt, or src for all
