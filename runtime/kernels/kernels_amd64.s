@@ -574,6 +574,8 @@ TEXT ·dot4RowsT2F32AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -731,6 +733,8 @@ TEXT ·dot4RowsT3F32AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -913,6 +917,8 @@ TEXT ·dot4RowsT4F32AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -1533,6 +1539,8 @@ TEXT ·dot4RowsT2F16AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -1689,6 +1697,8 @@ TEXT ·dot4RowsT3F16AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -1870,6 +1880,8 @@ TEXT ·dot4RowsT4F16AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -2536,6 +2548,8 @@ TEXT ·dot4RowsT2BF16AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -2700,6 +2714,8 @@ TEXT ·dot4RowsT3BF16AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:
@@ -2889,6 +2905,8 @@ TEXT ·dot4RowsT4BF16AVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+48(FP), DI
 	MOVQ dstride+56(FP), R13
 	MOVQ pf+64(FP), R10
+	MOVQ CX, DX
+	ANDQ $-32, DX
 	TESTQ BX, BX
 	JEQ done
 row:

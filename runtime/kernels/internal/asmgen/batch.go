@@ -59,7 +59,7 @@ func (x x86) dotRowsBatch(g *gen, d dtype, T int) {
 		x.dotRowsBatchHalves(g, d, T)
 		return
 	}
-	xr := x.dotRowsBatchHead(g, d, T)
+	xr := x.dotRowsBatchHead(g, fmt.Sprintf("dotRowsT%d%s%s", T, d.name, x.name), T)
 	w := 16 // the four weight vectors
 	if x.r == "Y" {
 		w = 4 * T
@@ -351,12 +351,11 @@ func qaxpy4Batch(g *gen, q qtype) {
 	loopTail(g, fmt.Sprintf("ADDQ $%d, AX", q.bb), "ADDQ $128, DI")
 }
 
-// dotRowsBatchHead emits the TEXT line and argument loads of a multi-token
-// dot (dotRowsBatch's registers: R8 the row, R9 the stride, token t's x in
+// dotRowsBatchHead emits the TEXT line (name) and argument loads of a
+// multi-token dot (dotRowsBatch's registers: R8 the row, R9 the stride, token t's x in
 // the returned register, CX n, DX n rounded down to 4·vw, BX rows, DI dst,
 // R13 dstride, R10 pf) up to the row: label, and returns the x registers.
-func (x x86) dotRowsBatchHead(g *gen, d dtype, T int) []string {
-	name := fmt.Sprintf("dotRowsT%d%s%s", T, d.name, x.name)
+func (x x86) dotRowsBatchHead(g *gen, name string, T int) []string {
 	x.text(g, name, 72, "(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)")
 	xr := []string{"SI", "R12", "R14", "R15"}[:T] // token t's x
 	g.i("MOVQ w+0(FP), R8")
@@ -388,7 +387,7 @@ func (x x86) dotRowsBatchHead(g *gen, d dtype, T int) []string {
 // once; dotRow's sum (a0+a1)+(a2+a3) is unchanged, so the results are
 // dotRows' bit for bit.
 func (x x86) dotRowsBatchHalves(g *gen, d dtype, T int) {
-	xr := x.dotRowsBatchHead(g, d, T)
+	xr := x.dotRowsBatchHead(g, fmt.Sprintf("dotRowsT%d%s%s", T, d.name, x.name), T)
 	acc := func(t, k int) int { return 2*t + k } // Y0..Y7
 	const w, keep = 8, 10                        // weights Y8, Y9; token t's a0+a1 in Y(10+t)
 	g.i("LEAQ (R8)(R10*1), R11")
@@ -446,24 +445,7 @@ func (x x86) dotRowsBatchHalves(g *gen, d dtype, T int) {
 // on that row alone, so its results are dot4's bit for bit. One row at a
 // time, prefetched pf bytes ahead. AVX2, T ≤ 4.
 func (x x86) dot4RowsBatch(g *gen, d dtype, T int) {
-	name := fmt.Sprintf("dot4RowsT%d%s%s", T, d.name, x.name)
-	x.text(g, name, 72, "(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)")
-	xr := []string{"SI", "R12", "R14", "R15"}[:T]
-	g.i("MOVQ w+0(FP), R8")
-	g.i("MOVQ stride+8(FP), R9")
-	g.i("MOVQ x+16(FP), SI")
-	g.i("MOVQ xstride+24(FP), R13")
-	for t := 1; t < T; t++ {
-		g.i("LEAQ (%s)(R13*1), %s", xr[t-1], xr[t])
-	}
-	g.i("MOVQ n+32(FP), CX")
-	g.i("MOVQ m+40(FP), BX")
-	g.i("MOVQ dst+48(FP), DI")
-	g.i("MOVQ dstride+56(FP), R13")
-	g.i("MOVQ pf+64(FP), R10")
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	g.p("row:")
+	xr := x.dotRowsBatchHead(g, fmt.Sprintf("dot4RowsT%d%s%s", T, d.name, x.name), T)
 	g.i("LEAQ (R8)(R10*1), R11")
 	for i := range 2 * T {
 		x.zero(g, i)
