@@ -352,9 +352,10 @@ func qaxpy4Batch(g *gen, q qtype) {
 }
 
 // dotRowsBatchHead emits the TEXT line (name) and argument loads of a
-// multi-token dot (dotRowsBatch's registers: R8 the row, R9 the stride, token t's x in
-// the returned register, CX n, DX n rounded down to 4·vw, BX rows, DI dst,
-// R13 dstride, R10 pf) up to the row: label, and returns the x registers.
+// multi-token dot (dotRowsBatch's registers: R8 the row, R9 the stride,
+// token t's x in the returned register, CX n, DX n rounded down to 4·vw,
+// BX rows, DI dst, R13 dstride, R10 pf) up to the row: label, and returns
+// the x registers.
 func (x x86) dotRowsBatchHead(g *gen, name string, T int) []string {
 	x.text(g, name, 72, "(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)")
 	xr := []string{"SI", "R12", "R14", "R15"}[:T] // token t's x
