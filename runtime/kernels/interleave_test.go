@@ -106,8 +106,8 @@ func TestInterleavedProducts(t *testing.T) {
 // TestInterleavedBatchExtremes: at the extreme levels (every Q4_0 nibble 15,
 // every Q8_0 value −128, every x at the largest int8 level) each token of
 // MatVecBatch still equals MatVec bit for bit and the exact sum: the AVX2
-// multi-token Q4_0 kernel adds a block's VPMADDUBSW pair sums in int16
-// lanes (here 8·2·15·127 = 30480 of 32767).
+// Q4_0 kernels (one token and several) add a block's VPMADDUBSW pair sums
+// in int16 lanes (here 8·2·15·127 = 30480 of 32767).
 func TestInterleavedBatchExtremes(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
