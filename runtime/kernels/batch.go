@@ -11,11 +11,12 @@ import (
 // AddRowsBatch's is AddRows of a[t] — so that batching never changes a
 // greedy generation. The pool splits a call exactly as it splits the
 // single-token call of the same matrix (the same chunks). Within a chunk,
-// where the set has multi-token kernels (kernelSet.dotRowsB, dot4B,
-// qdotRowsB, qaxpy4B: float rows on x86-64, Q8_0 and Q4_0 on AVX-512) up
-// to four tokens go through each weight together, converted or unpacked
-// once for all of them, each token keeping the single-token kernel's
-// accumulators and order.
+// where the set has multi-token kernels (kernelSet.dotRowsB: short float
+// rows on x86-64; dot4B: long ones on AVX2; qdotXB: interleaved Q8_0 and
+// Q4_0 on x86-64 but AVX-VNNI; qdotRowsB, qaxpy4B: row-major Q8_0 and Q4_0
+// on AVX-512) up to four tokens go through each weight together, converted
+// or unpacked once for all of them, each token keeping the single-token
+// kernel's accumulators and order.
 // Otherwise every token runs the single-token range code over a block of
 // weights small enough to stay in cache (batchBlockBytes) before the next
 // block is read: the weights come from memory once per step instead of once
