@@ -13,10 +13,10 @@ import (
 // single-token call of the same matrix (the same chunks). Within a chunk,
 // where the set has multi-token kernels (kernelSet.dotRowsB: short float
 // rows on x86-64; dot4B: long ones on AVX2; qdotXB: interleaved Q8_0 and
-// Q4_0 on x86-64 but AVX-VNNI; qdotRowsB, qaxpy4B: row-major Q8_0 and Q4_0
-// on AVX-512) up to four tokens go through each weight together, converted
-// or unpacked once for all of them, each token keeping the single-token
-// kernel's accumulators and order.
+// Q4_0 on x86-64 but AVX-VNNI; qaxpy4B: row-major Q8_0 and Q4_0 on
+// AVX-512, and qdotRowsB with AVX512-VNNI) up to four tokens go through
+// each weight together, converted or unpacked once for all of them, each
+// token keeping the single-token kernel's accumulators and order.
 // Otherwise every token runs the single-token range code over a block of
 // weights small enough to stay in cache (batchBlockBytes) before the next
 // block is read: the weights come from memory once per step instead of once

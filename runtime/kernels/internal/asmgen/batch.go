@@ -384,9 +384,9 @@ func (x x86) dotRowsBatchHead(g *gen, name string, T int) []string {
 // row is run twice, first through dotRow's accumulators 0 and 1 (the first
 // two vectors of each step, and the tail), whose sum each token keeps
 // (Y10..Y13), then through 2 and 3. The second pass reads the row from L1
-// (a row of 8192 F16 weights is 16 KiB), so memory still sees each weight
-// once; dotRow's sum (a0+a1)+(a2+a3) is unchanged, so the results are
-// dotRows' bit for bit.
+// (these rows are under seqRowBytes, 2 KiB), so memory still sees each
+// weight once; dotRow's sum (a0+a1)+(a2+a3) is unchanged, so the results
+// are dotRows' bit for bit.
 func (x x86) dotRowsBatchHalves(g *gen, d dtype, T int) {
 	xr := x.dotRowsBatchHead(g, fmt.Sprintf("dotRowsT%d%s%s", T, d.name, x.name), T)
 	acc := func(t, k int) int { return 2*t + k } // Y0..Y7

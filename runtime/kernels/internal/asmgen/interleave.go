@@ -270,13 +270,14 @@ func neonQdotX16(g *gen, q qtype) {
 }
 
 // qdotX16YMM is qdotX16 on YMM registers for the AVX2 sets (vnni "": the
-// four products of a lane by VPMADDUBSW then VPMADDWD by ones; Q8_0's
-// signed values through VPABSB/VPSIGNB, as the row kernels do) and for
-// AVX-VNNI (vnni "AVXVNNI": VEX VPDPBUSD, Q8_0's sign bits flipped and
-// 16·c off per block, as the ZMM form). A chunk's 64 bytes are two YMM
-// halves, rows 0–7 and 8–15: Y2/Y3 their int32 sums, Y0/Y1 their float32
-// results; x's eight element groups broadcast in Y6..Y13 (the VEX form has
-// no broadcast operand).
+// four products of a lane by VPMADDUBSW then VPMADDWD by ones, for Q4_0 a
+// block's pair sums added in int16 and widened once; Q8_0's signed values
+// through VPABSB/VPSIGNB, as the row kernels do) and for AVX-VNNI (vnni
+// "AVXVNNI": VEX VPDPBUSD, Q8_0's sign bits flipped and 16·c off per
+// block, as the ZMM form). A chunk's 64 bytes are two YMM halves, rows 0–7
+// and 8–15: Y2/Y3 their int32 sums, Y0/Y1 their float32 results; x's
+// eight element groups broadcast in Y6..Y13 (the VEX form has no broadcast
+// operand).
 func qdotX16YMM(g *gen, q qtype, vnni string) {
 	x := x86{name: "AVX2", r: "Y"}
 	name := "qdotX16" + q.name + "AVX2"
@@ -581,8 +582,9 @@ func qpackX16YMM(g *gen, q qtype) {
 // arguments (the multi-token form of MatVecBatch on the AVX2 sets): each
 // chunk is loaded and unpacked once for the T tokens. Registers do not hold
 // both halves of T tokens, so a group is run twice over its blocks, rows 0–7
-// then 8–15 (the group's blocks, 288 or 544 bytes a block column, stay in
-// L1 between the runs), token t's int32 sums in Y(8+t) and its float32
+// then 8–15 (the group's blocks, 288 or 544 bytes a block column, come
+// back from L1 or L2: 5 or 10 KiB at SmolLM2's 576 columns, 72 or 136 KiB
+// at 8192), token t's int32 sums in Y(8+t) and its float32
 // results in Yt; x's element groups are broadcast from memory per product.
 // Each lane keeps the single-token kernel's arithmetic: its integer sums are
 // exact in any order and its float32 steps per block are the same, so every
