@@ -419,7 +419,7 @@ func sortByLogit(idx []int, logits []float32, s *radixScratch) {
 	if cap(s.keys) < V {
 		s.keys, s.keys2, s.idx2 = make([]uint32, V), make([]uint32, V), make([]int, V)
 	}
-	keys, keys2, idx2 := s.keys[:V], s.keys2[:V], s.idx2[:V]
+	keys, keys2, ids, ids2 := s.keys[:V], s.keys2[:V], idx, s.idx2[:V]
 	for i, l := range logits {
 		b := math.Float32bits(l)
 		switch {
@@ -447,10 +447,12 @@ func sortByLogit(idx []int, logits []float32, s *radixScratch) {
 		}
 		for i, k := range keys {
 			d := k >> shift & (1<<11 - 1)
-			keys2[count[d]], idx2[count[d]] = k, idx[i]
+			keys2[count[d]], ids2[count[d]] = k, ids[i]
 			count[d]++
 		}
-		keys, keys2 = keys2, keys
-		copy(idx, idx2)
+		keys, keys2, ids, ids2 = keys2, keys, ids2, ids
+	}
+	if &ids[0] != &idx[0] { // an odd count of passes moved the order
+		copy(idx, ids)
 	}
 }
