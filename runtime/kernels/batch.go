@@ -422,7 +422,7 @@ func (j *job) batchLongRows(lo, hi int) int {
 		return 0
 	}
 	end := lo + (hi-lo)/4*4
-	pf := 4 * max(1, (prefetchBytes+4*rb-1)/(4*rb)) * rb // matVecRange's ahead rows
+	pf := dot4Ahead(rb) * rb
 	done := 0
 	for end > lo {
 		T := batchT(B-done, func(T int) bool { return ks.dot4B[T-2][d] != nil })

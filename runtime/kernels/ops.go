@@ -382,6 +382,11 @@ func checkRows(rows []int32, nrows int) {
 // prefetchBytes is how far ahead, at least, MatVec prefetches.
 const prefetchBytes = 8 << 10
 
+// dot4Ahead is how many rows of rb bytes ahead matVecRange prefetches
+// while it reads rows four at a time: whole groups of four, at least
+// prefetchBytes.
+func dot4Ahead(rb int) int { return 4 * max(1, (prefetchBytes+4*rb-1)/(4*rb)) }
+
 // seqRowBytes: MatVec and AddRows read contiguous rows shorter than this one
 // at a time (a single stream, which the hardware prefetchers follow better
 // than four short ones); longer or gathered rows go four at a time.
@@ -485,7 +490,7 @@ func matVecRange(ks *kernelSet, dst []float32, w Mat, rows []int32, x []float32,
 	// Rows go four at a time; while a group is read, the rows a prefetch
 	// distance ahead (at least prefetchBytes) are prefetched, so that short or
 	// scattered rows still stream.
-	ahead := 4 * max(1, (prefetchBytes+4*rb-1)/(4*rb))
+	ahead := dot4Ahead(rb)
 	var cur, pre [4]unsafe.Pointer
 	for ; k+4 <= hi; k += 4 {
 		for i := range cur {
