@@ -341,31 +341,15 @@ func qdotX16YMM(g *gen, q qtype, vnni string) {
 	for h := 0; h < 2; h++ {
 		acc := 2 + h
 		if q.name == "Q4_0" && vnni == "" {
-			// The eight pair sums of a lane by VPMADDUBSW add up exactly in
-			// int16 (≤ 8·2·15·128 = 30720), widened once by VPMADDWD.
-			for j := 0; j < 4; j++ {
-				g.i("VMOVDQU %d(SI), Y4", 32+64*j+32*h)
-				g.i("VPSRLW $4, Y4, Y5")
-				g.i("VPAND Y4, Y15, Y4")
-				g.i("VPAND Y5, Y15, Y5")
-				for k, u := range []int{4, 5} {
-					if j == 0 && k == 0 {
-						g.i("VPMADDUBSW Y%d, Y%d, Y%d", 6+2*j+k, u, acc)
-						continue
-					}
-					g.i("VPMADDUBSW Y%d, Y%d, Y%d", 6+2*j+k, u, u)
-					g.i("VPADDW Y%[1]d, Y%[2]d, Y%[2]d", u, acc)
-				}
-			}
-			g.i("VPMADDWD Y%[1]d, Y%[2]d, Y%[2]d", ones, acc)
+			// x group e is in Y(6+e); a product overwrites the levels it used
+			q4SumsInt16(g, h, 1, ones, func(int) int { return acc }, func(_, u, e, dst int) {
+				g.i("VPMADDUBSW Y%d, Y%d, Y%d", 6+e, u, dst)
+			}, func(u int) int { return u })
 			continue
 		}
 		if q.name == "Q4_0" {
 			for j := 0; j < 4; j++ {
-				g.i("VMOVDQU %d(SI), Y4", 32+64*j+32*h)
-				g.i("VPSRLW $4, Y4, Y5")
-				g.i("VPAND Y4, Y15, Y4")
-				g.i("VPAND Y5, Y15, Y5")
+				q4Unpack(g, 32+64*j+32*h)
 				prod(acc, 4, 2*j)
 				prod(acc, 5, 2*j+1)
 			}
@@ -632,30 +616,11 @@ func qdotX16YMMBatch(g *gen, q qtype, T int) {
 		}
 		g.p("block%d:", h)
 		if q.name == "Q4_0" {
-			// A lane's eight pair sums of a block by VPMADDUBSW are each
-			// within 2·15·128, so they add up exactly in int16 (≤ 30720),
-			// then once to int32 by VPMADDWD: the same integers as the
-			// single-token kernel's, one VPMADDWD a block instead of eight.
-			for j := range 4 {
-				g.i("VMOVDQU %d(SI), Y4", 32+64*j+32*h)
-				g.i("VPSRLW $4, Y4, Y5")
-				g.i("VPAND Y4, Y15, Y4")
-				g.i("VPAND Y5, Y15, Y5")
-				for t := range T {
-					for k, u := range []int{4, 5} {
-						g.i("VPBROADCASTD %d(%s), Y6", 4*(2*j+k), xp[t])
-						if j == 0 && k == 0 {
-							g.i("VPMADDUBSW Y6, Y%d, Y%d", u, ia(t))
-							continue
-						}
-						g.i("VPMADDUBSW Y6, Y%d, Y6", u)
-						g.i("VPADDW Y6, Y%[1]d, Y%[1]d", ia(t))
-					}
-				}
-			}
-			for t := range T {
-				g.i("VPMADDWD Y%[1]d, Y%[2]d, Y%[2]d", ones, ia(t))
-			}
+			// token t's x group e broadcast from memory into Y6
+			q4SumsInt16(g, h, T, ones, ia, func(t, u, e, dst int) {
+				g.i("VPBROADCASTD %d(%s), Y6", 4*e, xp[t])
+				g.i("VPMADDUBSW Y6, Y%d, Y%d", u, dst)
+			}, func(int) int { return 6 })
 		} else {
 			for t := range T {
 				g.i("VPXOR Y%[1]d, Y%[1]d, Y%[1]d", ia(t))
@@ -726,5 +691,42 @@ func xStoreTokens(g *gen, T, off int, src string) {
 			g.i("LEAQ (DI)(AX*2), CX")
 			g.i("VMOVUPS %s, %d(CX)(AX*1)", r, off)
 		}
+	}
+}
+
+// q4Unpack loads the Q4_0X16 chunk at off(SI) and leaves its low nibbles
+// in Y4 and its high ones in Y5 (Y15: the 0x0f mask).
+func q4Unpack(g *gen, off int) {
+	g.i("VMOVDQU %d(SI), Y4", off)
+	g.i("VPSRLW $4, Y4, Y5")
+	g.i("VPAND Y4, Y15, Y4")
+	g.i("VPAND Y5, Y15, Y5")
+}
+
+// q4SumsInt16 emits half h (rows 0–7 or 8–15) of a Q4_0X16 block column for
+// T tokens on AVX2: each chunk unpacked once (q4Unpack), then for each
+// token and nibble half u (Y4, Y5) its x group e's pair sums by prod(t, u,
+// e, dst) — a VPMADDUBSW into dst — the first straight into the token's
+// int16 accumulator acc(t), the others into tmp(u) and added with VPADDW;
+// then each accumulator widened to int32 by VPMADDWD with the int16 ones
+// in Y(ones). A lane's eight pair sums are each within 2·15·128, so they
+// add up exactly in int16 (≤ 30720): the same integers as a VPMADDWD per
+// product, one a block instead of eight.
+func q4SumsInt16(g *gen, h, T, ones int, acc func(t int) int, prod func(t, u, e, dst int), tmp func(u int) int) {
+	for j := range 4 {
+		q4Unpack(g, 32+64*j+32*h)
+		for t := range T {
+			for k, u := range []int{4, 5} {
+				if j == 0 && k == 0 {
+					prod(t, u, 2*j+k, acc(t))
+					continue
+				}
+				prod(t, u, 2*j+k, tmp(u))
+				g.i("VPADDW Y%[1]d, Y%[2]d, Y%[2]d", tmp(u), acc(t))
+			}
+		}
+	}
+	for t := range T {
+		g.i("VPMADDWD Y%[1]d, Y%[2]d, Y%[2]d", ones, acc(t))
 	}
 }
