@@ -323,8 +323,10 @@ func qdotX16YMM(g *gen, q qtype, vnni string) {
 	g.i("VXORPS Y0, Y0, Y0")
 	g.i("VXORPS Y1, Y1, Y1")
 	g.p("block:")
-	g.i("VPXOR Y2, Y2, Y2")
-	g.i("VPXOR Y3, Y3, Y3")
+	if q.name != "Q4_0" || vnni != "" { // q4SumsInt16 writes its first product
+		g.i("VPXOR Y2, Y2, Y2")
+		g.i("VPXOR Y3, Y3, Y3")
+	}
 	for e := 0; e < 8; e++ {
 		g.i("VPBROADCASTD %d(R8), Y%d", 4*e, 6+e)
 	}
