@@ -550,9 +550,9 @@ func tiedHead(ck *hf.Checkpoint) bool {
 // (llama_tensor_get_type, without an importance matrix): 1-D tensors (norms,
 // biases) stay F32; every matrix takes the target, except that the output
 // projection (lm_head, or the embedding of a tied model, tiedHead) of a
-// Q4_0 file is Q8_0 (this format's Q4_0 recipe predates Q6_K; llama-quantize
-// writes Q6_K there). opt.HeadDType and opt.EmbedDType (an untied embedding)
-// override that. A matrix whose rows are not whole blocks falls back to F16,
+// Q4_0 file is Q6_K, or Q8_0 where its rows are not whole 256-weight
+// super-blocks, as llama-quantize writes it (outputDType). opt.HeadDType and
+// opt.EmbedDType (an untied embedding) override that. A matrix whose rows are not whole blocks falls back to F16,
 // as llama-quantize does, and why says so.
 func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead bool, layers int) (dt format.DType, why string) {
 	dt = outDType(t, target)
@@ -579,7 +579,7 @@ func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead boo
 	case head && opt.HeadDType != 0:
 		dt = opt.HeadDType
 	case head && target == format.Q4_0:
-		dt = format.Q8_0
+		dt = outputDType(t.Shape[len(t.Shape)-1])
 	case !head && t.Name == "model.embed_tokens.weight" && opt.EmbedDType != 0:
 		dt = opt.EmbedDType
 	}

@@ -107,12 +107,7 @@ func kquantDType(name string, shape []int, dt format.DType, mix, head bool, laye
 	cols := shape[len(shape)-1]
 	switch {
 	case head && (mix || dt == format.Q6_K):
-		// The output rule of every non-pure K recipe: Q6_K, or Q8_0 when the
-		// rows are not whole super-blocks.
-		if cols%format.SuperBlockElems != 0 {
-			return format.Q8_0
-		}
-		return format.Q6_K
+		return outputDType(cols)
 	case !mix:
 		return dt
 	}
@@ -123,6 +118,17 @@ func kquantDType(name string, shape []int, dt format.DType, mix, head bool, laye
 		return format.Q6_K
 	}
 	return dt
+}
+
+// outputDType is llama-quantize's dtype for the output projection (lm_head,
+// or a tied embedding) of rows of cols weights in a Q4_0 file and in every
+// K recipe but the pure Q4_K and Q5_K (llama_tensor_get_type): Q6_K, or Q8_0
+// when the rows are not whole super-blocks.
+func outputDType(cols int) format.DType {
+	if cols%format.SuperBlockElems != 0 {
+		return format.Q8_0
+	}
+	return format.Q6_K
 }
 
 // Recipe is a --dtype choice: a stored weight dtype, and for Q4_K / Q5_K

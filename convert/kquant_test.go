@@ -235,7 +235,8 @@ func TestConvertKQuantFallback(t *testing.T) {
 
 // kquantMixGolden is testdata/golden/llama-quantize-kquant-mixes.json: what
 // llama.cpp's llama-quantize wrote, tensor by tensor, for the Q4_K_M and
-// Q5_K_M mixes of random checkpoints at real shapes (see its made_by field).
+// Q5_K_M mixes and the Q4_0 and Q8_0 files of random checkpoints at real
+// shapes (see its made_by field).
 type kquantMixGolden struct {
 	Checkpoints map[string]struct {
 		Shape   string
@@ -251,8 +252,9 @@ type kquantMixGolden struct {
 
 // TestKQuantMixMatchesLlamaQuantize: for the Llama-3.2-1B and SmolLM2-135M
 // shapes (synth, seed 0, F16), the dtype StoredDType gives every matrix in a
-// Q4_K_M and a Q5_K_M file is the type llama-quantize chose (its fallbacks
-// for SmolLM2's 576-wide rows included), and format.Quantize of the
+// Q4_K_M, Q5_K_M, Q4_0 and Q8_0 file is the type llama-quantize chose (its
+// fallbacks for SmolLM2's 576-wide rows included; a Q4_0 file's output
+// projection Q6_K, or Q8_0 on SmolLM2), and format.Quantize of the
 // checkpoint's tensor in that dtype gives llama-quantize's bytes for
 // SmolLM2's embedding (the tied output, Q8_0 by the fallback) and layers 0
 // and 3, and the 1B shape's layer 0 (Q6_K v_proj / down_proj, base-type
@@ -282,7 +284,7 @@ func TestKQuantMixMatchesLlamaQuantize(t *testing.T) {
 			}
 			return l == 0 || l == 2 && strings.HasSuffix(tensor, "v_proj.weight")
 		}
-		for _, r := range []string{"Q4_K_M", "Q5_K_M"} {
+		for _, r := range []string{"Q4_K_M", "Q5_K_M", "Q4_0", "Q8_0"} {
 			want := ck.Recipes[r]
 			dtype, mix, err := convert.ParseRecipe(r)
 			require.NoError(t, err)

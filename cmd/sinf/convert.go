@@ -36,7 +36,7 @@ func convertCommand() *cli.Command {
 			&cli.IntFlag{Name: "last-layer", Value: d.LastLayer, Usage: "end of the sliced range, exclusive (≤ 0: from the end)"},
 			&cli.StringFlag{Name: "dtype", Usage: "stored weight dtype: f32, f16, bf16, or GGML's block quantizations q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, " +
 				"or llama-quantize's mixes q4_k_m and q5_k_m (default: the checkpoint's); with a block dtype norms stay f32 and, as llama-quantize does, " +
-				"the output projection of a q4_0 file is stored higher (q8_0 here); q4_k_m/q5_k_m follow llama-quantize's Q4_K_M/Q5_K_M rules " +
+				"the output projection of a q4_0 file is stored higher (q6_k, or q8_0 where its rows are not whole 256-blocks, as llama-quantize does); q4_k_m/q5_k_m follow llama-quantize's Q4_K_M/Q5_K_M rules " +
 				"(output projection, v_proj and down_proj of some layers Q6_K) and its fallbacks for rows that are not whole 256-blocks (spec §5.3)"},
 			&cli.StringFlag{Name: "head-dtype", Usage: "dtype of lm_head (or of the tied embedding), overriding the --dtype default"},
 			&cli.StringFlag{Name: "embed-dtype", Usage: "dtype of an untied model.embed_tokens, overriding the --dtype default"},

@@ -14,7 +14,8 @@ import (
 // where the set has multi-token kernels (kernelSet.dotRowsB: short float
 // rows on x86-64; dot4B: long ones on AVX2; qdotXB: interleaved Q8_0 and
 // Q4_0 on x86-64 but AVX-VNNI; qaxpy4B: row-major Q8_0 and Q4_0 on
-// AVX-512, and qdotRowsB with AVX512-VNNI) up to four tokens go through
+// AVX-512, and qdotRowsB with AVX512-VNNI; kdotRowsB: Q6_K, a Q4_0 file's
+// output projection, on x86-64) up to four tokens go through
 // each weight together, converted or unpacked once for all of them, each
 // token keeping the single-token kernel's accumulators and order.
 // Otherwise every token runs the single-token range code over a block of
@@ -342,6 +343,18 @@ func (j *job) batchRows(lo, hi int) int {
 			}
 			ks.qdotRowsB[T-2][q](base, rb, &j.xb[off], nb, hi-lo, &j.dst[done*R+lo], 4*R, dotRowsAhead)
 			off += (nb + 1) / 2 * qBatchStride(q, T)
+			done += T
+		}
+	}
+	if w.DType.KQuant() {
+		q := qIndex(w.DType)
+		nb, nq := C/qBlockElems[q], len(j.xq)/B
+		for {
+			T := batchT(B-done, func(T int) bool { return ks.kdotRowsB[T-2][q] != nil })
+			if T == 0 {
+				return done
+			}
+			ks.kdotRowsB[T-2][q](base, rb, &j.xq[done*nq], nq, nb, hi-lo, &j.dst[done*R+lo], 4*R, dotRowsAhead)
 			done += T
 		}
 	}

@@ -18,6 +18,15 @@ func qdotRowsQ5_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *fl
 func qdotRowsQ6_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 
 //go:noescape
+func qdotRowsBT2Q6_KAVX2(w unsafe.Pointer, stride int, xq *int8, xstride int, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qdotRowsBT3Q6_KAVX2(w unsafe.Pointer, stride int, xq *int8, xstride int, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
+func qdotRowsBT4Q6_KAVX2(w unsafe.Pointer, stride int, xq *int8, xstride int, nb, m int, dst *float32, dstride int, pf int)
+
+//go:noescape
 func qaxpy4Q4_KAVX2(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 
 //go:noescape

@@ -126,6 +126,11 @@ type kernelSet struct {
 	// each block unpacked once for all T, each token's sums qdotRows' bit
 	// for bit.
 	qdotRowsB [3][2]qdotRowsBFunc
+	// kdotRowsB[T−2][q] is qdotRows of a K-quant (Q6_K so far) over m
+	// contiguous rows for T tokens, token t's x as quantizeXK leaves it at
+	// xq + t·xstride bytes: each super-block unpacked once for all T, each
+	// token's sums qdotRows' bit for bit.
+	kdotRowsB [3][nq]kdotRowsBFunc
 	// qaxpy4B[q] is qaxpy4 of Q8_0 (q 0) or Q4_0 (q 1) for T ≤ 4 tokens
 	// at once: d_t[:32·nb] += Σ_r a_t[r]·w_r, a_t at a + t·astride bytes (no
 	// prefetching); each block unpacked once for all T, each token's sums
@@ -159,11 +164,12 @@ type qdotXFunc = func(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, d
 // (kernelSet.qdotXB).
 type qdotXBFunc = func(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
 
-// dotRowsBFunc and qdotRowsBFunc are the types of a set's multi-token decode
-// kernels (kernelSet.dotRowsB, qdotRowsB).
+// dotRowsBFunc, qdotRowsBFunc and kdotRowsBFunc are the types of a set's
+// multi-token decode kernels (kernelSet.dotRowsB, qdotRowsB, kdotRowsB).
 type (
 	dotRowsBFunc  = func(w unsafe.Pointer, stride int, x *float32, xstride int, n, m int, dst *float32, dstride int, pf int)
 	qdotRowsBFunc = func(w unsafe.Pointer, stride int, xb *byte, nb, m int, dst *float32, dstride int, pf int)
+	kdotRowsBFunc = func(w unsafe.Pointer, stride int, xq *int8, xstride int, nb, m int, dst *float32, dstride int, pf int)
 	qaxpy4BFunc   = func(d0, d1, d2, d3 unsafe.Pointer, T int, w0, w1, w2, w3 unsafe.Pointer, a *float32, astride int, nb int)
 )
 

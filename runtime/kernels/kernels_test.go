@@ -748,7 +748,7 @@ func TestSetsComplete(t *testing.T) {
 			if name == "qpack" || name == "qgemm" || name == "qrows" {
 				continue // optional: checked below
 			}
-			if name == "dotRowsB" || name == "dot4B" || name == "qdotRowsB" || name == "qaxpy4B" {
+			if name == "dotRowsB" || name == "dot4B" || name == "qdotRowsB" || name == "kdotRowsB" || name == "qaxpy4B" {
 				continue // optional multi-token kernels: TestBatchEqualsSingle runs those a set has
 			}
 			if name == "qdotX" || name == "qpackX" || name == "qdotXB" {

@@ -11,13 +11,17 @@ import (
 // archQKernels puts this architecture's K-quant kernels (kquant_amd64.s)
 // into its sets before fillPortableQ fills the rest: AVX2's Q4_K, Q5_K and
 // Q6_K decode dots, used by the AVX-512 and VNNI sets too (one 256-bit step per 32
-// weights already outruns memory, as for Q4_0).
+// weights already outruns memory, as for Q4_0), and the multi-token Q6_K dots
+// of MatVecBatch (a Q4_0 file's output projection; batch.go).
 func archQKernels() {
 	archKAccum()
 	for _, ks := range []*kernelSet{avx2Set, avx512Set, avxvnniSet, avx512vnniSet} {
 		ks.qdotRows[qIndex(format.Q4_K)] = qdotRowsQ4_KAVX2
 		ks.qdotRows[qIndex(format.Q5_K)] = qdotRowsQ5_KAVX2
 		ks.qdotRows[qIndex(format.Q6_K)] = qdotRowsQ6_KAVX2
+		ks.kdotRowsB[0][qIndex(format.Q6_K)] = qdotRowsBT2Q6_KAVX2
+		ks.kdotRowsB[1][qIndex(format.Q6_K)] = qdotRowsBT3Q6_KAVX2
+		ks.kdotRowsB[2][qIndex(format.Q6_K)] = qdotRowsBT4Q6_KAVX2
 	}
 }
 

@@ -44,6 +44,9 @@ func kquantAMD64(g *gen) {
 	qdotRowsK4AVX2(g, false)
 	qdotRowsK4AVX2(g, true)
 	qdotRowsQ6KAVX2(g)
+	for T := 2; T <= maxBatchT; T++ {
+		qdotRowsBQ6KAVX2(g, T)
+	}
 	for _, x := range []x86{{name: "AVX2", vw: 8, r: "Y"}, {name: "AVX512", vw: 16, r: "Z"}} {
 		qaxpy4Q4KAVX2(g, x, false)
 		qaxpy4Q4KAVX2(g, x, true)
@@ -541,6 +544,122 @@ func qdotRowsQ6KAVX2(g *gen) {
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VMOVSS X0, (DI)")
+	g.i("ADDQ $4, DI")
+	x86RowNext(g)
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// qdotRowsBQ6KAVX2 is qdotRowsQ6KAVX2 over m contiguous rows for T ≤ 4
+// tokens at once (MatVecBatch): token t's x as quantizeXK leaves it at xq +
+// t·xstride bytes, its sums at dst + t·dstride bytes. Each super-block's
+// levels and scales are unpacked once for all T; each token keeps the
+// single-token kernel's integer sums (exact) and float steps in its order,
+// so its results are qdotRowsQ6KAVX2's bit for bit. Registers: Y0–Y3 the
+// tokens' float sums, Y8–Y11 their int32 sums, Y13 the nibble mask, Y7/Y6
+// the scales, Y12 qh, Y14 q, Y5 the scales copied across lanes, Y4 and Y15
+// temporaries (Y4 holds d at the end of a super-block).
+func qdotRowsBQ6KAVX2(g *gen, T int) {
+	name := fmt.Sprintf("qdotRowsBT%dQ6_KAVX2", T)
+	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, xq *int8, xstride int, nb, m int, dst *float32, dstride int, pf int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("XORQ R12, R12") // contiguous rows
+	g.i("MOVQ m+40(FP), BX")
+	g.i("MOVQ dst+48(FP), DI")
+	g.i("MOVQ pf+64(FP), R10")
+	g.i("MOVQ ·f16Table(SB), R14")
+	g.i("MOVQ xstride+24(FP), DX")
+	g.i("LEAQ (DX)(DX*2), R15")
+	qMasks(g, "R13") // Y13: bytes 0x0F (Y12 is set again below)
+	// x of token t relative to SI
+	xt := func(t, off int) string {
+		return fmt.Sprintf("%d%s", off, []string{"(SI)", "(SI)(DX*1)", "(SI)(DX*2)", "(SI)(R15*1)"}[t])
+	}
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	x86RowStart(g, "pf+64(FP)")
+	g.i("MOVQ xq+16(FP), SI")
+	g.i("MOVQ nb+32(FP), CX")
+	g.i("XORQ AX, AX")
+	for t := 0; t < T; t++ {
+		g.i("VXORPS Y%d, Y%d, Y%d", t, t, t)
+	}
+	g.i("TESTQ CX, CX")
+	g.i("JEQ sum")
+	g.p("block:")
+	for off := 0; off < 210; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
+	}
+	g.i("VPMOVSXBW 192(R8)(AX*1), Y7") // the 16 scales as int16: lane h holds 8h..8h+7
+	g.i("VPXOR Y15, Y15, Y15")
+	for t := 0; t < T; t++ {
+		g.i("VPMADDWD %s, Y7, Y%d", xt(t, 96), 8+t) // Σ sc_i·S_i in pairs
+		g.i("VPSLLD $5, Y%d, Y%d", 8+t, 8+t)
+		g.i("VPSUBD Y%d, Y15, Y%d", 8+t, 8+t) // −32·Σ sc_i·S_i
+	}
+	for h := 0; h < 2; h++ {
+		g.i("VPERMQ $%#x, Y7, Y6", []int{0x44, 0xee}[h]) // scales 8h..8h+7 in both lanes
+		g.i("VMOVDQU %d(R8)(AX*1), Y12", 128+32*h)       // qh
+		for k := 0; k < 4; k++ {
+			xb := 4*h + k
+			g.i("VMOVDQU %d(R8)(AX*1), Y14", 64*h+32*(k&1))
+			if k >= 2 {
+				g.i("VPSRLW $4, Y14, Y14")
+			}
+			g.i("VPAND Y13, Y14, Y14")
+			g.i("VPAND kq6High<>+%d(SB), Y12, Y4", 32*k) // bits 2k, 2k+1
+			switch k {
+			case 0:
+				g.i("VPSLLW $4, Y4, Y4")
+			case 1:
+				g.i("VPSLLW $2, Y4, Y4")
+			case 3:
+				g.i("VPSRLW $2, Y4, Y4")
+			}
+			g.i("VPOR Y4, Y14, Y14")                       // q, 0..63
+			g.i("VPSHUFB kq6Scale<>+%d(SB), Y6, Y5", 32*k) // elements 0–15: sc[8h+2k], 16–31: sc[8h+2k+1]
+			for t := 0; t < T; t++ {
+				g.i("VPMADDUBSW %s, Y14, Y15", xt(t, 64*xb))
+				g.i("VPMADDWD Y5, Y15, Y15")
+				g.i("VPADDD Y15, Y%d, Y%d", 8+t, 8+t)
+			}
+		}
+	}
+	g.i("MOVWLZX 208(R8)(AX*1), R13")
+	g.i("VBROADCASTSS (R14)(R13*4), Y4") // d
+	for t := 0; t < T; t++ {
+		g.i("VCVTDQ2PS Y%d, Y%d", 8+t, 8+t)
+		g.i("VMULPS %s, Y4, Y15", xt(t, 32)) // d·d_x
+		g.i("VFMADD231PS Y15, Y%d, Y%d", 8+t, t)
+	}
+	g.i("ADDQ $210, AX")
+	g.i("ADDQ $512, SI")
+	g.i("DECQ CX")
+	g.i("JNE block")
+	g.p("sum:")
+	g.i("MOVQ dstride+56(FP), R13")
+	for t := 0; t < T; t++ {
+		g.i("VEXTRACTF128 $1, Y%d, X15", t)
+		g.i("VADDPS X15, X%d, X%d", t, t)
+		g.i("VHADDPS X%d, X%d, X%d", t, t, t)
+		g.i("VHADDPS X%d, X%d, X%d", t, t, t)
+		switch t {
+		case 0:
+			g.i("VMOVSS X0, (DI)")
+		case 1:
+			g.i("VMOVSS X1, (DI)(R13*1)")
+		case 2:
+			g.i("VMOVSS X2, (DI)(R13*2)")
+		case 3:
+			g.i("LEAQ (R13)(R13*2), R13")
+			g.i("VMOVSS X3, (DI)(R13*1)")
+		}
+	}
 	g.i("ADDQ $4, DI")
 	x86RowNext(g)
 	g.p("done:")
