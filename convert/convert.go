@@ -552,8 +552,9 @@ func tiedHead(ck *hf.Checkpoint) bool {
 // projection (lm_head, or the embedding of a tied model, tiedHead) of a
 // Q4_0 file is Q6_K, or Q8_0 where its rows are not whole 256-weight
 // super-blocks, as llama-quantize writes it (outputDType). opt.HeadDType and
-// opt.EmbedDType (an untied embedding) override that. A matrix whose rows are not whole blocks falls back to F16,
-// as llama-quantize does, and why says so.
+// opt.EmbedDType (an untied embedding) override that. A matrix whose rows
+// are not whole blocks falls back to F16, as llama-quantize does, and why
+// says so.
 func StoredDType(t format.Tensor, target format.DType, opt Options, tiedHead bool, layers int) (dt format.DType, why string) {
 	dt = outDType(t, target)
 	if !target.Quantized() || dt != target {
