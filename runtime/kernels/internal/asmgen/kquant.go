@@ -178,12 +178,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VMOVSS X0, (DI)")
-	g.i("ADDQ $4, DI")
-	x86RowNext(g)
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	x86RowEnd(g)
 }
 
 // k4Scales unpacks the eight 6-bit scales and minimums of the Q4_K / Q5_K
@@ -510,21 +505,7 @@ func qdotRowsQ6KAVX2(g *gen) {
 		g.i("VMOVDQU %d(R8)(AX*1), Y2", 128+32*h)        // qh
 		for k := 0; k < 4; k++ {
 			xb := 4*h + k
-			g.i("VMOVDQU %d(R8)(AX*1), Y3", 64*h+32*(k&1))
-			if k >= 2 {
-				g.i("VPSRLW $4, Y3, Y3")
-			}
-			g.i("VPAND Y13, Y3, Y3")
-			g.i("VPAND kq6High<>+%d(SB), Y2, Y4", 32*k) // bits 2k, 2k+1
-			switch k {
-			case 0:
-				g.i("VPSLLW $4, Y4, Y4")
-			case 1:
-				g.i("VPSLLW $2, Y4, Y4")
-			case 3:
-				g.i("VPSRLW $2, Y4, Y4")
-			}
-			g.i("VPOR Y4, Y3, Y3") // q, 0..63
+			q6Unpack(g, h, k, 3, 2, 4)
 			g.i("VPMADDUBSW %d(SI), Y3, Y3", 64*xb)
 			g.i("VPSHUFB kq6Scale<>+%d(SB), Y6, Y9", 32*k) // elements 0–15: sc[8h+2k], 16–31: sc[8h+2k+1]
 			g.i("VPMADDWD Y9, Y3, Y3")
@@ -544,12 +525,30 @@ func qdotRowsQ6KAVX2(g *gen) {
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VHADDPS X0, X0, X0")
 	g.i("VMOVSS X0, (DI)")
-	g.i("ADDQ $4, DI")
-	x86RowNext(g)
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	x86RowEnd(g)
+}
+
+// q6Unpack leaves in Y<q> the levels (0..63, one per byte) of the 32
+// weights of a Q6_K super-block's x block 4h + k at (R8)(AX*1): the low
+// (k < 2) or high nibbles of ql[64h + 32(k&1):], with bits 2k, 2k+1 of qh
+// (already in Y<qh>) on top, shifted to bits 4–5 through Y<tmp>. Y13 holds
+// the nibble mask.
+func q6Unpack(g *gen, h, k, q, qh, tmp int) {
+	g.i("VMOVDQU %d(R8)(AX*1), Y%d", 64*h+32*(k&1), q)
+	if k >= 2 {
+		g.i("VPSRLW $4, Y%d, Y%d", q, q)
+	}
+	g.i("VPAND Y13, Y%d, Y%d", q, q)
+	g.i("VPAND kq6High<>+%d(SB), Y%d, Y%d", 32*k, qh, tmp) // bits 2k, 2k+1
+	switch k {
+	case 0:
+		g.i("VPSLLW $4, Y%d, Y%d", tmp, tmp)
+	case 1:
+		g.i("VPSLLW $2, Y%d, Y%d", tmp, tmp)
+	case 3:
+		g.i("VPSRLW $2, Y%d, Y%d", tmp, tmp)
+	}
+	g.i("VPOR Y%d, Y%d, Y%d", tmp, q, q) // q, 0..63
 }
 
 // qdotRowsBQ6KAVX2 is qdotRowsQ6KAVX2 over m contiguous rows for T ≤ 4
@@ -607,21 +606,7 @@ func qdotRowsBQ6KAVX2(g *gen, T int) {
 		g.i("VMOVDQU %d(R8)(AX*1), Y12", 128+32*h)       // qh
 		for k := 0; k < 4; k++ {
 			xb := 4*h + k
-			g.i("VMOVDQU %d(R8)(AX*1), Y14", 64*h+32*(k&1))
-			if k >= 2 {
-				g.i("VPSRLW $4, Y14, Y14")
-			}
-			g.i("VPAND Y13, Y14, Y14")
-			g.i("VPAND kq6High<>+%d(SB), Y12, Y4", 32*k) // bits 2k, 2k+1
-			switch k {
-			case 0:
-				g.i("VPSLLW $4, Y4, Y4")
-			case 1:
-				g.i("VPSLLW $2, Y4, Y4")
-			case 3:
-				g.i("VPSRLW $2, Y4, Y4")
-			}
-			g.i("VPOR Y4, Y14, Y14")                       // q, 0..63
+			q6Unpack(g, h, k, 14, 12, 4)
 			g.i("VPSHUFB kq6Scale<>+%d(SB), Y6, Y5", 32*k) // elements 0–15: sc[8h+2k], 16–31: sc[8h+2k+1]
 			for t := 0; t < T; t++ {
 				g.i("VPMADDUBSW %s, Y14, Y15", xt(t, 64*xb))
@@ -660,12 +645,7 @@ func qdotRowsBQ6KAVX2(g *gen, T int) {
 			g.i("VMOVSS X3, (DI)(R13*1)")
 		}
 	}
-	g.i("ADDQ $4, DI")
-	x86RowNext(g)
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	x86RowEnd(g)
 }
 
 // kaccumK4AVX2: dst[e] += Σ_{r<rows} a[r]·(sc[8r + e/32]·q_r[e] − off[8r +

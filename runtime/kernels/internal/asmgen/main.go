@@ -638,12 +638,7 @@ func (x x86) dotRows(g *gen, d dtype) {
 	x86RowStart(g, "pf+56(FP)")
 	x.dotRow(g, d, true)
 	g.i("VMOVSS X0, (DI)")
-	g.i("ADDQ $4, DI")
-	x86RowNext(g)
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	x86RowEnd(g)
 }
 
 // x86RowStart emits the label row: and sets R8 to the row to read and R11
@@ -675,6 +670,17 @@ func x86RowStart(g *gen, pf string) {
 	g.p("contig:")
 	g.i("LEAQ (R8)(R10*1), R11")
 	g.p("ready:")
+}
+
+// x86RowEnd ends a row kernel whose row loop stores one float32 at DI a
+// row: DI advanced, x86RowNext, then the done: label and the return.
+func x86RowEnd(g *gen) {
+	g.i("ADDQ $4, DI")
+	x86RowNext(g)
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
 }
 
 // x86RowNext advances to the next row (index or contiguous) and loops to row:.

@@ -262,12 +262,7 @@ func (x x86) qdotRows(g *gen, q qtype, vnni string) {
 		g.i("VFMADD231SS X10, X9, X0")
 	}
 	g.i("VMOVSS X0, (DI)")
-	g.i("ADDQ $4, DI")
-	x86RowNext(g)
-	g.p("done:")
-	g.i("VZEROUPPER")
-	g.i("RET")
-	g.p("")
+	x86RowEnd(g)
 }
 
 // qDequant leaves the 32 weights q of the block at (R8)(AX*1) as float32 in
