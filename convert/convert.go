@@ -57,7 +57,8 @@ type Options struct {
 	// reads per token; hidden_size must be a multiple of 32.
 	Sketch bool
 	// Interleave stores the Q8_0/Q4_0 matrices a decode step reads whole
-	// (attention projections, the head, tied or not, the FFN of layers outside
+	// (attention projections, the head, tied or not, unless it is Q6_K (a
+	// Q4_0 file's head whose rows are whole 256-blocks), the FFN of layers outside
 	// the sliced range, and the sliced layers' gate_proj, which gatefirst
 	// reads whole) with their rows interleaved by sixteen (Q8_0X16,
 	// Q4_0X16; spec §5.4), the layout of the CPU's AVX512-VNNI kernels.

@@ -14,8 +14,9 @@ import (
 // where the set has multi-token kernels (kernelSet.dotRowsB: short float
 // rows on x86-64; dot4B: long ones on AVX2; qdotXB: interleaved Q8_0 and
 // Q4_0 on x86-64 but AVX-VNNI; qaxpy4B: row-major Q8_0 and Q4_0 on
-// AVX-512, and qdotRowsB with AVX512-VNNI; kdotRowsB: Q6_K, a Q4_0 file's
-// output projection, on x86-64) up to four tokens go through
+// AVX-512, and qdotRowsB with AVX512-VNNI; kdotRowsB: Q6_K, such as a
+// Q4_0 or K-quant file's output projection, on the AVX2 and wider sets) up
+// to four tokens go through
 // each weight together, converted or unpacked once for all of them, each
 // token keeping the single-token kernel's accumulators and order.
 // Otherwise every token runs the single-token range code over a block of
@@ -321,8 +322,8 @@ func (j *job) addRowsColsBatch(dst func(t int) []float32, n, lo, hi, c0 int, mul
 // in batchT's groups) and returns that count; the caller runs the others
 // one by one. The kernels exist for the rows that MatVec reads with dotRows
 // (contiguous rows shorter than seqRowBytes), dot4 (longer ones:
-// batchLongRows) and qdotRows (Q8_0 and Q4_0), and give those kernels'
-// results bit for bit.
+// batchLongRows) and qdotRows (Q8_0 and Q4_0; Q6_K through kdotRowsB), and
+// give those kernels' results bit for bit.
 func (j *job) batchRows(lo, hi int) int {
 	w, B, ks := j.w, j.t, j.ks
 	R, C, rb := w.Rows, w.Cols, w.RowBytes()

@@ -127,8 +127,8 @@ type kernelSet struct {
 	// for bit.
 	qdotRowsB [3][2]qdotRowsBFunc
 	// kdotRowsB[T−2][q] is qdotRows of a K-quant (Q6_K so far) over m
-	// contiguous rows for T tokens, token t's x as quantizeXK leaves it at
-	// xq + t·xstride bytes: each super-block unpacked once for all T, each
+	// contiguous rows for T tokens, token t's x as quantizeXFor(dtype)
+	// leaves it at xq + t·xstride bytes: each super-block unpacked once for all T, each
 	// token's sums qdotRows' bit for bit.
 	kdotRowsB [3][nq]kdotRowsBFunc
 	// qaxpy4B[q] is qaxpy4 of Q8_0 (q 0) or Q4_0 (q 1) for T ≤ 4 tokens

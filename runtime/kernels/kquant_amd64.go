@@ -12,7 +12,8 @@ import (
 // into its sets before fillPortableQ fills the rest: AVX2's Q4_K, Q5_K and
 // Q6_K decode dots, used by the AVX-512 and VNNI sets too (one 256-bit step per 32
 // weights already outruns memory, as for Q4_0), and the multi-token Q6_K dots
-// of MatVecBatch (a Q4_0 file's output projection; batch.go).
+// of MatVecBatch (batch.go: such as a Q4_0 or K-quant file's output
+// projection).
 func archQKernels() {
 	archKAccum()
 	for _, ks := range []*kernelSet{avx2Set, avx512Set, avxvnniSet, avx512vnniSet} {

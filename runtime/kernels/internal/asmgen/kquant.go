@@ -552,8 +552,8 @@ func q6Unpack(g *gen, h, k, q, qh, tmp int) {
 }
 
 // qdotRowsBQ6KAVX2 is qdotRowsQ6KAVX2 over m contiguous rows for T ≤ 4
-// tokens at once (MatVecBatch): token t's x as quantizeXK leaves it at xq +
-// t·xstride bytes, its sums at dst + t·dstride bytes. Each super-block's
+// tokens at once (MatVecBatch): token t's x as quantizeXQ6_K leaves it at
+// xq + t·xstride bytes, its sums at dst + t·dstride bytes. Each super-block's
 // levels and scales are unpacked once for all T; each token keeps the
 // single-token kernel's integer sums (exact) and float steps in its order,
 // so its results are qdotRowsQ6KAVX2's bit for bit. Registers: Y0–Y3 the
