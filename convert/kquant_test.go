@@ -233,6 +233,26 @@ func TestConvertKQuantFallback(t *testing.T) {
 	}
 }
 
+// TestQ4_0HeadInterleaved: with --interleave, a Q4_0 file of the
+// Llama-3.2-1B shape stores its tied output projection as row-major Q6_K
+// (no interleaved form) and its other matrices as Q4_0X16; with
+// --head-dtype q8_0 the head is Q8_0X16 again, and on SmolLM2's 576-wide
+// rows it is Q8_0X16 by the fallback.
+func TestQ4_0HeadInterleaved(t *testing.T) {
+	opt := convert.Options{DType: format.Q4_0, Interleave: true}
+	dt := func(name string, shape []int, o convert.Options) format.DType {
+		got, why := convert.StoredDType(format.Tensor{Name: name, DType: format.F16, Shape: shape}, format.Q4_0, o, true, 16)
+		require.Empty(t, why, name)
+		return got
+	}
+	require.Equal(t, format.Q6_K, dt("model.embed_tokens.weight", []int{128256, 2048}, opt))
+	require.Equal(t, format.Q4_0X16, dt("model.layers.0.self_attn.q_proj.weight", []int{2048, 2048}, opt))
+	require.Equal(t, format.Q8_0X16, dt("model.embed_tokens.weight", []int{49152, 576}, opt))
+	o8 := opt
+	o8.HeadDType = format.Q8_0
+	require.Equal(t, format.Q8_0X16, dt("model.embed_tokens.weight", []int{128256, 2048}, o8))
+}
+
 // kquantMixGolden is testdata/golden/llama-quantize-kquant-mixes.json: what
 // llama.cpp's llama-quantize wrote, tensor by tensor, for the Q4_K_M and
 // Q5_K_M mixes and the Q4_0 and Q8_0 files of random checkpoints at real

@@ -276,7 +276,7 @@ func neonQdotX16(g *gen, q qtype) {
 // head), 1 thread, AMD EPYC Zen 3, 3 alternated rounds: 17.8–20.5 → 22.1–23.0
 // tokens/s (SmolLM2-135M's, head Q8_0X16: 144–170 → 170–207); 1 KiB and 4
 // KiB ahead measured 21.8–23.5 and 19.4–22.0. The AVX-VNNI form (same
-// generator) prefetches alike; no AVX-VNNI CPU measured it.
+// generator) does not prefetch: no AVX-VNNI CPU has run or measured it.
 const xdotAhead = 2048
 
 // qdotX16YMM is qdotX16 on YMM registers for the AVX2 sets (vnni "": the
@@ -333,7 +333,7 @@ func qdotX16YMM(g *gen, q qtype, vnni string) {
 	g.i("VXORPS Y0, Y0, Y0")
 	g.i("VXORPS Y1, Y1, Y1")
 	g.p("block:")
-	for off := 0; off < xgroupBytes(q); off += 64 {
+	for off := 0; vnni == "" && off < xgroupBytes(q); off += 64 {
 		g.i("PREFETCHT0 %d(SI)", xdotAhead+off)
 	}
 	if q.name != "Q4_0" || vnni != "" { // q4SumsInt16 writes its first product

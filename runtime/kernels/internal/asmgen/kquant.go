@@ -573,7 +573,9 @@ func qdotRowsBQ6KAVX2(g *gen, T int) {
 	g.i("MOVQ pf+64(FP), R10")
 	g.i("MOVQ ·f16Table(SB), R14")
 	g.i("MOVQ xstride+24(FP), DX")
-	g.i("LEAQ (DX)(DX*2), R15")
+	if T == 4 {
+		g.i("LEAQ (DX)(DX*2), R15") // token 3's offset
+	}
 	qMasks(g, "R13") // Y13: bytes 0x0F (Y12 is set again below)
 	// x of token t relative to SI
 	xt := func(t, off int) string {
