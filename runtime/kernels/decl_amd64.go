@@ -476,7 +476,7 @@ func qpackX16Q4_0AVX512(dst *byte, w unsafe.Pointer, nb int)
 func readSumAVX2(p unsafe.Pointer, n int) uint64
 
 //go:noescape
-func quantizeXAVX2(xq *int8, xd *float32, x *float32, nb int)
+func quantizeXAVX2(xq *int8, xd *float32, x *float32, nb, group int)
 
 //go:noescape
 func swigluAVX2(gate, up *float32, n int)

@@ -89,9 +89,11 @@ type kernelSet struct {
 	qaxpy4 [nq]func(dst *float32, w0, w1, w2, w3, p0, p1, p2, p3 unsafe.Pointer, a0, a1, a2, a3 float32, nb int)
 	// qcvt dequantizes the nb blocks at src into dst[:32·nb].
 	qcvt [nq]func(dst *float32, src unsafe.Pointer, nb int)
-	// quantizeX quantizes the 32·nb floats at x to int8 blocks as the
-	// portable quantizeX does, with the same results.
-	quantizeX func(xq *int8, xd *float32, x *float32, nb int)
+	// quantizeX quantizes the 32·nb floats at x to int8 blocks with one
+	// scale per g blocks (nb a multiple of g) as the portable
+	// quantizeXGroups does, with the same results: g 1 is quantizeX, g 8
+	// quantizeXK.
+	quantizeX func(xq *int8, xd *float32, x *float32, nb, g int)
 
 	// Integer prefill (qgemm.go), index [q] as above; nil where the set
 	// multiplies dequantized float32 weights instead.

@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
@@ -79,11 +81,14 @@ func (p *Pool) quantizeX(j *job) {
 	if len(s.xq) < T*nq {
 		s.xq, s.xd = make([]int8, T*nq), make([]float32, T*nd+1)
 	}
+	g := 1
+	if j.w.DType.KQuant() {
+		g = 8 // quantizeXK
+	}
 	for t := range T {
-		if j.w.DType.KQuant() {
-			quantizeXFor(j.w.DType)(s.xq[t*nq:(t+1)*nq], s.xd[t*nd:(t+1)*nd], j.x[t*n:(t+1)*n])
-		} else {
-			j.ks.quantizeX(&s.xq[t*nq], &s.xd[t*nd], &j.x[t*n], n/32)
+		j.ks.quantizeX(&s.xq[t*nq], &s.xd[t*nd], &j.x[t*n], n/32, g)
+		if j.w.DType.Base() == format.Q6_K {
+			q6XSums(s.xq[t*nq : (t+1)*nq]) // quantizeXQ6_K
 		}
 	}
 	j.xq, j.xd = s.xq[:T*nq], s.xd[:T*nd]

@@ -70,6 +70,12 @@ func quantizeXK(xq []int8, xd []float32, x []float32) { quantizeXGroups(xq, xd, 
 // weight once per super-block. The dots read d_x from the first block.
 func quantizeXQ6_K(xq []int8, xd []float32, x []float32) {
 	quantizeXK(xq, xd, x)
+	q6XSums(xq)
+}
+
+// q6XSums writes into x quantized by quantizeXK (xq, 512 bytes a
+// super-block) the level sums quantizeXQ6_K adds.
+func q6XSums(xq []int8) {
 	for s := 0; 512*s < len(xq); s++ {
 		sb := xq[512*s : 512*(s+1)]
 		for i := range 16 {
@@ -123,9 +129,9 @@ func quantizeXGroups(xq []int8, xd []float32, x []float32, g int) {
 
 // ---- portable raw kernels ----
 
-func quantizeXGo(xq *int8, xd *float32, x *float32, nb int) {
+func quantizeXGo(xq *int8, xd *float32, x *float32, nb, g int) {
 	if nb > 0 {
-		quantizeX(unsafe.Slice(xq, 64*nb), xs(xd, 2*nb), xs(x, 32*nb))
+		quantizeXGroups(unsafe.Slice(xq, 64*nb), xs(xd, 2*nb), xs(x, 32*nb), g)
 	}
 }
 

@@ -203,9 +203,15 @@ func TestQuantRawDot(t *testing.T) {
 					checkClose(t, got[r], float64(want[r]), scale, 1e-6, "%s qdotRows %v nb %d row %d", ks.name, dt, nb, r)
 				}
 				gq, gd := make([]int8, 64*nx), make([]float32, 2*nx)
-				ks.quantizeX(&gq[0], &gd[0], &x[0], nx)
+				ks.quantizeX(&gq[0], &gd[0], &x[0], nx, 1)
 				require.Equal(t, xq, gq, "%s quantizeX nb %d", ks.name, nb)
 				require.Equal(t, xd, gd, "%s quantizeX nb %d", ks.name, nb)
+				if dt.KQuant() {
+					quantizeXK(dq, dd, x) // quantizeXQ6_K's sums overwritten
+					ks.quantizeX(&gq[0], &gd[0], &x[0], nx, 8)
+					require.Equal(t, dq, gq, "%s quantizeXK nb %d", ks.name, nb)
+					require.Equal(t, dd, gd, "%s quantizeXK nb %d", ks.name, nb)
+				}
 				deq := make([]float32, n)
 				ks.qcvt[q](&deq[0], dataPtr(m.Mat), nb)
 				for e, v := range deq {

@@ -23,6 +23,27 @@ func kquantAMD64(g *gen) {
 		}
 	}
 	g.p("GLOBL kqBcastW<>(SB), RODATA|NOPTR, $256")
+	// kqBcastB: for j < 8, 32 bytes at 32j that make VPSHUFB copy byte
+	// kqScaleByte(j) of each 128-bit lane, zero-extended, into all eight of
+	// its words (k4ScalesGPR's scale bytes); kqMins: the VPSHUFB control
+	// that gathers its eight minimum bytes into bytes 0–7.
+	for j := 0; j < 8; j++ {
+		w := uint64(kqScaleByte(j)) | 0x80<<8
+		w *= 0x0001000100010001
+		for k := 0; k < 4; k++ {
+			g.p("DATA kqBcastB<>+%d(SB)/8, $0x%016x", 32*j+8*k, w)
+		}
+	}
+	g.p("GLOBL kqBcastB<>(SB), RODATA|NOPTR, $256")
+	var mins uint64
+	for j := 0; j < 8; j++ {
+		mins |= uint64(kqScaleByte(j)+4) << (8 * j)
+	}
+	g.p("DATA kqMins<>+0(SB)/8, $0x%016x", mins)
+	g.p("DATA kqMins<>+8(SB)/8, $0x%016x", uint64(0x8080808080808080))
+	g.p("GLOBL kqMins<>(SB), RODATA|NOPTR, $16")
+	g.p("DATA kqMask0f<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f")
+	g.p("GLOBL kqMask0f<>(SB), RODATA|NOPTR, $8")
 	// kq6High: for k < 4, bytes 0x03 << 2k (32 of them at 32k): bits 2k, 2k+1
 	// of Q6_K's qh. kq6Scale: for k < 4, the VPSHUFB control that copies
 	// int16 2k of the low lane and 2k + 1 of the high lane across the lane.
@@ -66,9 +87,13 @@ func kquantAMD64(g *gen) {
 // of nibbles) with x as quantizeXK leaves it (64 bytes per x block of 32: the
 // int8 levels, then d_x eight times, one d_x for the eight blocks of a
 // super-block; at xd[8nb + b] the block sum 8·d_x·Σq), rows as in qdotRows.
-// Per super-block, the scales and minimums are unpacked (k4Scales), the
-// scales held as int16 in both lanes of a register and copied across it per
-// sub-block by VPSHUFB (kqBcastW; broadcasting each from a copy on the stack
+// Per super-block, the scales and minimums are unpacked in general registers
+// (k4ScalesGPR: the vector ports are what the dot waits on; unpacking them in
+// vector registers as k4Scales does took 18 vector instructions a super-block
+// where this takes 6: a 1024 × 2048 MatVec from L2/L3, 1 thread, AMD EPYC
+// Zen 3, 12.5–13.8 → 17.1–19.4 GB/s with quantizeXK's AVX2 form), the scale
+// bytes held in both lanes of a register and copied across it per sub-block
+// as int16 by VPSHUFB (kqBcastB; broadcasting each from a copy on the stack
 // was a store-forwarded load per 32 weights: BenchmarkRawSets' Q4_K dot 11.8
 // → 9.5 µs, AMD EPYC Zen 3), and the minimum term
 // Σ_j dmin·m_j·xsum_j goes into its own accumulator; per group of 64 weights
@@ -95,7 +120,6 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("MOVQ pf+64(FP), R10")
 	g.i("MOVQ ·f16Table(SB), R14")
 	qMasks(g, "R13") // Y13: bytes 0x0F
-	g.i("VMOVDQU kqMask3f<>(SB), X15")
 	if five {
 		g.i("MOVL $0x01010101, R13")
 		g.i("VMOVD R13, X12")
@@ -123,10 +147,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
 	g.i("MOVWLZX 2(R8)(AX*1), R13")
 	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
-	k4Scales(g, "R8")
-	g.i("VEXTRACTI128 $1, Y7, X9")
-	g.i("VPACKUSDW X9, X7, X9")       // sc0–7 as int16
-	g.i("VINSERTI128 $1, X9, Y9, Y7") // in both lanes
+	k4ScalesGPR(g, "R8")
 	g.i("VCVTDQ2PS Y8, Y8")
 	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
 	g.i("VFMADD231PS Y8, Y6, Y1") // += dmin·m_j·xsum_j
@@ -154,7 +175,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 		for h, y := range []int{3, 4} {
 			xb := 2*gr + h
 			g.i("VPMADDUBSW %d(SI), Y%d, Y%d", 64*xb, y, y)
-			g.i("VPSHUFB kqBcastW<>+%d(SB), Y7, Y9", 32*xb)
+			g.i("VPSHUFB kqBcastB<>+%d(SB), Y7, Y9", 32*xb)
 			g.i("VPMADDWD Y9, Y%d, Y%d", y, y) // · sc_j
 			g.i("VPADDD Y%d, Y14, Y14", y)
 		}
@@ -168,6 +189,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("DECQ CX")
 	g.i("JNE block")
 	g.p("sum:")
+	g.i("MOVQ stride+8(FP), R9") // k4ScalesGPR's scratch
 	g.i("MOVL $0x3e000000, R13") // 0.125
 	g.i("VMOVD R13, X9")
 	g.i("VBROADCASTSS X9, Y9")
@@ -203,6 +225,39 @@ func k4Scales(g *gen, base string) {
 	g.i("VPMOVZXBD X9, Y7")
 	g.i("VPSRLDQ $8, X9, X9")
 	g.i("VPMOVZXBD X9, Y8")
+}
+
+// kqScaleByte is the byte of k4ScalesGPR's X7 that holds scale j (j < 8);
+// minimum j is 4 bytes on.
+func kqScaleByte(j int) int { return j + j/4*4 }
+
+// k4ScalesGPR unpacks the scales and minimums of the Q4_K / Q5_K super-block
+// at (base)(AX*1) as k4Scales does, but in general registers (R13, DX, R9
+// clobbered), so that most of the work leaves the vector ports to the dot
+// products: X7 (both lanes of Y7) = bytes sc0–3, m0–3, sc4–7, m4–7
+// (kqScaleByte), Y8 = m0–7 as int32. With A = bytes 4–11 and u = bytes 12–15,
+// the low dword of A & 0x3F… holds sc0–3 and its high one m0–3; sc4–7 and
+// m4–7 are the low and high nibbles of u, ((u | u<<28) & 0x0F…) puts them in
+// the low and high dword, and bits 6–7 of A's bytes go on top, each dword to
+// its own.
+func k4ScalesGPR(g *gen, base string) {
+	g.i("MOVQ 4(%s)(AX*1), R13", base)
+	g.i("MOVL 12(%s)(AX*1), DX", base)
+	g.i("MOVQ DX, R9")
+	g.i("SHLQ $28, R9")
+	g.i("ORQ R9, DX")
+	g.i("ANDQ kqMask0f<>(SB), DX")
+	g.i("MOVQ R13, R9")
+	g.i("SHRQ $6, R9")
+	g.i("ANDQ kqMask03<>(SB), R9")
+	g.i("SHLQ $4, R9")
+	g.i("ORQ R9, DX")               // sc4–7, m4–7
+	g.i("ANDQ kqMask3f<>(SB), R13") // sc0–3, m0–3
+	g.i("VMOVQ R13, X7")
+	g.i("VPINSRQ $1, DX, X7, X7")
+	g.i("VPSHUFB kqMins<>(SB), X7, X8")
+	g.i("VINSERTI128 $1, X7, Y7, Y7")
+	g.i("VPMOVZXBD X8, Y8")
 }
 
 // kaxpy4Head emits the declaration and prologue of a K-quant qaxpy4 with a

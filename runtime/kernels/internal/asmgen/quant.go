@@ -351,11 +351,14 @@ func (x x86) qcvt(g *gen, q qtype) {
 	g.p("")
 }
 
-// quantizeX: for b < nb, the 32 float32 at x + 128b become int8 at xq + 64b:
-// d = max|x|/127, id = 1/d (0 when d = 0), q = x·id rounded to nearest even
+// quantizeX: for b < nb, the 32 float32 at x + 128b become int8 at xq + 64b,
+// with one scale per group of g consecutive blocks (nb a multiple of g; g 1
+// for quantizeX, 8 for the K-quants' quantizeXK): d = max|x| over the group
+// /127, id = 1/d (0 when d = 0), q = x·id rounded to nearest even
 // (VCVTPS2DQ under the default rounding mode), followed by d eight times;
 // xd[b] = d and xd[nb+b] = (8·Σ q)·d.
-// The same arithmetic as the portable quantizeX, so the results are equal.
+// The same arithmetic as the portable quantizeXGroups, so the results are
+// equal.
 func quantizeXAVX2(g *gen) {
 	for l, v := range []int{0, 4, 1, 5, 2, 6, 3, 7} { // VPERMD order after the two packs
 		g.p("DATA qPackPerm<>+%d(SB)/4, $%d", 4*l, v)
@@ -372,13 +375,14 @@ func quantizeXAVX2(g *gen) {
 	q5Data(g)
 	g.p("")
 	name := "quantizeXAVX2"
-	g.decl("//go:noescape\nfunc %s(xq *int8, xd *float32, x *float32, nb int)", name)
+	g.decl("//go:noescape\nfunc %s(xq *int8, xd *float32, x *float32, nb, group int)", name)
 	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
 	g.i("MOVQ xq+0(FP), DI")
 	g.i("MOVQ xd+8(FP), DX")
 	g.i("MOVQ x+16(FP), SI")
 	g.i("MOVQ nb+24(FP), CX")
+	g.i("MOVQ group+32(FP), R10")
 	g.i("LEAQ (DX)(CX*4), R9") // the sums
 	g.i("MOVL $0x7fffffff, R13")
 	g.i("VMOVD R13, X15")
@@ -391,30 +395,41 @@ func quantizeXAVX2(g *gen) {
 	g.i("VMOVDQU qPackPerm<>(SB), Y11")
 	g.i("TESTQ CX, CX")
 	g.i("JEQ done")
-	g.p("blk:")
+	g.p("group:")
+	// max|x| over the group's g blocks into Y4
+	g.i("MOVQ SI, R11")
+	g.i("MOVQ R10, R12")
+	g.i("VXORPS Y4, Y4, Y4")
+	g.p("amax:")
 	for k := 0; k < 4; k++ {
-		g.i("VMOVUPS %d(SI), Y%d", 32*k, k)
-		g.i("VANDPS Y15, Y%d, Y%d", k, 4+k)
+		g.i("VANDPS %d(R11), Y15, Y%d", 32*k, k)
 	}
-	g.i("VMAXPS Y5, Y4, Y4")
-	g.i("VMAXPS Y7, Y6, Y6")
-	g.i("VMAXPS Y6, Y4, Y4")
+	g.i("VMAXPS Y1, Y0, Y0")
+	g.i("VMAXPS Y3, Y2, Y2")
+	g.i("VMAXPS Y2, Y0, Y0")
+	g.i("VMAXPS Y0, Y4, Y4")
+	g.i("ADDQ $128, R11")
+	g.i("DECQ R12")
+	g.i("JNE amax")
 	g.i("VEXTRACTF128 $1, Y4, X5")
 	g.i("VMAXPS X5, X4, X4")
 	g.i("VPERMILPS $0x4e, X4, X5")
 	g.i("VMAXPS X5, X4, X4")
 	g.i("VPERMILPS $0xb1, X4, X5")
 	g.i("VMAXPS X5, X4, X4")
-	g.i("VDIVSS X14, X4, X6") // d = amax / 127
-	g.i("VMOVSS X6, (DX)")
+	g.i("VDIVSS X14, X4, X6")     // d = amax / 127
 	g.i("VDIVSS X6, X13, X7")     // 1/d
 	g.i("VCMPSS $4, X12, X6, X8") // d ≠ 0
 	g.i("VANDPS X8, X7, X7")
 	g.i("VBROADCASTSS X7, Y7")
+	g.i("VBROADCASTSS X6, Y10")
+	g.i("MOVQ R10, R12")
+	g.p("blk:")
 	for k := 0; k < 4; k++ {
-		g.i("VMULPS Y7, Y%d, Y%d", k, k)
+		g.i("VMULPS %d(SI), Y7, Y%d", 32*k, k)
 		g.i("VCVTPS2DQ Y%d, Y%d", k, k)
 	}
+	g.i("VMOVSS X6, (DX)")
 	g.i("VPADDD Y1, Y0, Y8")
 	g.i("VPADDD Y3, Y2, Y9")
 	g.i("VPADDD Y9, Y8, Y8")
@@ -428,8 +443,7 @@ func quantizeXAVX2(g *gen) {
 	g.i("VCVTDQ2PS X8, X8")
 	g.i("VMULSS X6, X8, X8")
 	g.i("VMOVSS X8, (R9)")
-	g.i("VBROADCASTSS X6, Y6")
-	g.i("VMOVUPS Y6, 32(DI)")
+	g.i("VMOVUPS Y10, 32(DI)")
 	g.i("VPACKSSDW Y1, Y0, Y0")
 	g.i("VPACKSSDW Y3, Y2, Y2")
 	g.i("VPACKSSWB Y2, Y0, Y0")
@@ -440,7 +454,10 @@ func quantizeXAVX2(g *gen) {
 	g.i("ADDQ $4, DX")
 	g.i("ADDQ $4, R9")
 	g.i("DECQ CX")
+	g.i("DECQ R12")
 	g.i("JNE blk")
+	g.i("TESTQ CX, CX")
+	g.i("JNE group")
 	g.p("done:")
 	g.i("VZEROUPPER")
 	g.i("RET")
