@@ -60,6 +60,10 @@ type buffers struct {
 	rows             []int32   // [N]: the rows picked for this token
 	logits           []float32 // [T or 1, vocab]
 	ropeCos, ropeSin []float32 // [ctx, hd/2]
+	// one-token products of one input, for kernels.MatVecs (q, k, v or
+	// gate, up); here so that passing them allocates nothing
+	fuseW   [3]kernels.Mat
+	fuseDst [3][]float32
 }
 
 // ErrContextFull is returned when a sequence would exceed the session's context.
@@ -273,9 +277,17 @@ func (s *Session) attention(i, T int) {
 	x, xb := b.x[:T*H], b.xb[:T*H]
 	normRows(xb, x, l.AttnNorm, T, c.RMSNormEps)
 	q, k, v := b.q[:T*qd], b.k[:T*kvd], b.v[:T*kvd]
-	s.project(q, l.Q, xb, T, l.QBias)
-	s.project(k, l.K, xb, T, l.KBias)
-	s.project(v, l.V, xb, T, l.VBias)
+	if T == 1 {
+		b.fuseW, b.fuseDst = [3]kernels.Mat{l.Q, l.K, l.V}, [3][]float32{q, k, v}
+		kernels.MatVecs(s.pool, b.fuseDst[:], b.fuseW[:], xb)
+		addBias(q, l.QBias, 1)
+		addBias(k, l.KBias, 1)
+		addBias(v, l.VBias, 1)
+	} else {
+		s.project(q, l.Q, xb, T, l.QBias)
+		s.project(k, l.K, xb, T, l.KBias)
+		s.project(v, l.V, xb, T, l.VBias)
+	}
 	half := hd / 2
 	for t := 0; t < T; t++ {
 		p := s.pos + t
@@ -339,8 +351,13 @@ func (s *Session) ffn(i, T int) {
 	} else {
 		kept := f.Kept()
 		g, u := b.gate[:T*kept], b.up[:T*kept]
-		s.project(g, f.Gate, xb, T, nil)
-		s.project(u, f.Up, xb, T, nil)
+		if T == 1 {
+			b.fuseW, b.fuseDst = [3]kernels.Mat{f.Gate, f.Up}, [3][]float32{g, u}
+			kernels.MatVecs(s.pool, b.fuseDst[:2], b.fuseW[:2], xb)
+		} else {
+			s.project(g, f.Gate, xb, T, nil)
+			s.project(u, f.Up, xb, T, nil)
+		}
 		kernels.SwiGLU(s.pool, g, u)
 		if s.calib != nil && f.Sliced {
 			s.calib[i].Add(g, u, T)

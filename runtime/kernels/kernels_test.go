@@ -371,6 +371,52 @@ func TestMatVec(t *testing.T) {
 	})
 }
 
+// TestMatVecs checks MatVecs against one MatVec per matrix, bit for bit:
+// runs of one dtype fused (float, block-quantized, K-quant, interleaved with
+// whole and partial groups of sixteen rows), a dtype change that splits the
+// run, and rows too few for every thread.
+func TestMatVecs(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			rng := rand.New(rand.NewPCG(41, 42))
+			cols := 512
+			mat := func(d format.DType, rows int) Mat {
+				if d.Interleaved() {
+					return xMat(t, randQMat(t, rng, d.Base(), rows, cols))
+				}
+				if d.Quantized() {
+					return randQMat(t, rng, d, rows, cols).Mat
+				}
+				return randMat(rng, d, rows, cols, 0).Mat
+			}
+			xq4, _ := format.InterleavedOf(format.Q4_0)
+			for _, ds := range [][]format.DType{
+				{format.F16, format.F16, format.F16},
+				{format.Q8_0, format.Q8_0, format.Q8_0},
+				{format.Q4_K, format.Q4_K, format.Q6_K},
+				{format.Q6_K, format.Q6_K},
+				{xq4, xq4, xq4},
+				{format.F32, format.Q4_0, format.Q4_0},
+			} {
+				for _, rows := range [][]int{{64, 16, 16}, {40, 24, 8}, {3, 5, 2}} {
+					w := make([]Mat, len(ds))
+					got, want := make([][]float32, len(ds)), make([][]float32, len(ds))
+					for i, d := range ds {
+						w[i] = mat(d, rows[i])
+						got[i], want[i] = make([]float32, rows[i]), make([]float32, rows[i])
+					}
+					x := randVec(rng, cols)
+					MatVecs(p, got, w, x)
+					for i := range w {
+						MatVec(p, want[i], w[i], x)
+						require.Equal(t, want[i], got[i], "MatVecs %v rows %v: matrix %d", ds, rows, i)
+					}
+				}
+			}
+		})
+	})
+}
+
 func TestMatVecRows(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
@@ -569,6 +615,8 @@ func TestNoAllocs(t *testing.T) {
 				xT := randVec(rng, 5*C)
 				dT := make([]float32, 5*256)
 				aT := randVec(rng, 7*256)
+				vecsW := []Mat{m.Mat, m.Mat, m.Mat}
+				vecsDst := [][]float32{dT[:256], dT[256:512], dT[512:768]}
 				dTT := make([]float32, 7*C)
 				cases := map[string]func(){
 					"MatVec":       func() { MatVec(p, dst, m.Mat, x) },
@@ -578,6 +626,7 @@ func TestNoAllocs(t *testing.T) {
 					"MatMul":       func() { MatMul(p, dT, m.Mat, xT, 5) },
 					"MatMulRowsT":  func() { MatMulRowsT(p, dTT, m.Mat, aT, 7) },
 					"MatVecBatch":  func() { MatVecBatch(p, dT[:3*256], m.Mat, xT[:3*C], 3) },
+					"MatVecs":      func() { MatVecs(p, vecsDst, vecsW, x) },
 					"AddRowsBatch": func() { AddRowsBatch(p, dTT[:3*C], m.Mat, aT[:3*256], 3) },
 				}
 				if dt == format.F32 {

@@ -24,6 +24,50 @@ func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 	p.run(j, w.Rows)
 }
 
+// MatVecs computes dst[i] = w[i]·x for each i (shapes as MatVec's: dst[i]
+// [w[i].Rows], x [w[i].Cols]): the products of one input, such as an
+// attention block's q_proj, k_proj and v_proj (HF LlamaAttention). Each run
+// of consecutive matrices with the same dtype and width goes to the pool as
+// one call over their rows together, x quantized once, so a small k_proj or
+// v_proj costs no call of its own (where an interleaved matrix's rows are
+// not whole groups of sixteen, it runs alone). The results are MatVec's,
+// bit for bit.
+func MatVecs(p *Pool, dst [][]float32, w []Mat, x []float32) {
+	if len(dst) != len(w) {
+		panic(fmt.Sprintf("kernels: MatVecs: %d outputs for %d matrices", len(dst), len(w)))
+	}
+	for i := 0; i < len(w); {
+		n := 1
+		for i+n < len(w) && fusable(w[i], w[i+n]) {
+			n++
+		}
+		if n == 1 {
+			MatVec(p, dst[i], w[i], x)
+			i++
+			continue
+		}
+		rows := 0
+		for k := i; k < i+n; k++ {
+			checkMatX(w[k])
+			checkLen("MatVecs x", x, w[k].Cols)
+			checkLen("MatVecs dst", dst[k], w[k].Rows)
+			rows += w[k].Rows
+		}
+		j := job{op: opMatVecs, ks: active, w: w[i], x: x, mats: w[i : i+n], dsts: dst[i : i+n]}
+		p.quantizeX(&j)
+		p.run(j, rows)
+		i += n
+	}
+}
+
+// fusable reports whether MatVecs may run b's rows in a's call: the same
+// dtype (so the same quantized x) and width, and for interleaved rows whole
+// groups in both (the pool splits at group boundaries).
+func fusable(a, b Mat) bool {
+	return a.DType == b.DType && a.Cols == b.Cols &&
+		(!a.DType.Interleaved() || a.Rows%xrows == 0 && b.Rows%xrows == 0)
+}
+
 // MatVecRows computes dst[j] = W[rows[j],:]·x for j < len(rows): the gathered
 // form for the selected neuron rows of gate_proj / up_proj (paper §5).
 // Shapes: dst [len(rows)], x [w.Cols]; rows index [0, w.Rows). On interleaved
@@ -207,6 +251,7 @@ const (
 	opAddRowsBatch     // AddRowsBatch: opAddRows' columns, t tokens
 	opAddRowsPartBatch // AddRowsBatch: opAddRowsPart's terms, t tokens
 	opSketch           // SketchMatVec: rows of an SK2 sketch (sketch.go)
+	opMatVecs          // MatVecs: the rows of mats, one after the other
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
@@ -231,6 +276,9 @@ type job struct {
 	// parts: AddRowsPart's partial sums, one buffer per chunk
 	parts [][]float32
 	chunk int // the units of the pool's widest chunk (set by run)
+	// MatVecs: the matrices (job.w is the first) and their outputs
+	mats []Mat
+	dsts [][]float32
 }
 
 // colAlign returns the multiple that the pool keeps the job's ranges to
@@ -330,6 +378,14 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 		matVecRange(j.ks, j.dst, j.w, nil, j.x, j.xq, j.xd, lo, hi)
 	case opMatVecRows:
 		matVecRange(j.ks, j.dst, j.w, j.rows, j.x, j.xq, j.xd, lo, hi)
+	case opMatVecs:
+		off := 0
+		for i, w := range j.mats {
+			if a, b := max(lo, off), min(hi, off+w.Rows); a < b {
+				matVecRange(j.ks, j.dsts[i], w, nil, j.x, j.xq, j.xd, a-off, b-off)
+			}
+			off += w.Rows
+		}
 	case opAddRows: // [lo, hi) are columns
 		addRowsCols(j.ks, j.w, j.dst[lo:hi], j.rows, j.x, 0, len(j.x), lo)
 	case opAddRowsPart: // [lo, hi) are terms, summed into j.parts[c]
