@@ -10,9 +10,10 @@ import (
 
 // archQKernels puts this architecture's K-quant kernels (kquant_amd64.s)
 // into its sets before fillPortableQ fills the rest: AVX2's Q4_K, Q5_K and
-// Q6_K decode dots, used by the AVX-512 and VNNI sets too (one 256-bit step per 32
-// weights already outruns memory, as for Q4_0), and the multi-token Q6_K dots
-// of MatVecBatch (batch.go: such as a Q4_0 or K-quant file's output
+// Q6_K decode dots, used by the AVX-512 and VNNI sets too (512-bit and VNNI
+// forms unwritten and unmeasured; on Zen 3 the AVX2 Q4_K dot runs from cache
+// at 17–19 GB/s, near a core's 21–23 GB/s read), and the multi-token Q6_K
+// dots of MatVecBatch (batch.go: such as a Q4_0 or K-quant file's output
 // projection).
 func archQKernels() {
 	archKAccum()

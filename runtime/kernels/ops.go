@@ -3,8 +3,6 @@ package kernels
 import (
 	"fmt"
 	"unsafe"
-
-	"github.com/selectinfer/sinf/format"
 )
 
 // MatVec computes dst[r] = Σ_c W[r,c]·x[c] for every row r of w.
@@ -112,8 +110,8 @@ func (p *Pool) dequantizeX(j *job) []float32 {
 }
 
 // quantizeX gives a MatVec job on block-quantized weights its x quantized to
-// int8 blocks (quantizeX in quant.go; quantizeXK, one scale per 256, for the
-// K-quants, quantizeXQ6_K for Q6_K), in the caller's scratch: for
+// int8 blocks (quantizeXWith in quant.go: quantizeX's blocks; one scale per
+// 256 for the K-quants, with the level sums for Q6_K), in the caller's scratch: for
 // MatVecBatch each of its j.t vectors, token t's at t·2n bytes and t·2(n/32)
 // scales.
 func (p *Pool) quantizeX(j *job) {
@@ -125,15 +123,8 @@ func (p *Pool) quantizeX(j *job) {
 	if len(s.xq) < T*nq {
 		s.xq, s.xd = make([]int8, T*nq), make([]float32, T*nd+1)
 	}
-	g := 1
-	if j.w.DType.KQuant() {
-		g = 8 // quantizeXK
-	}
 	for t := range T {
-		j.ks.quantizeX(&s.xq[t*nq], &s.xd[t*nd], &j.x[t*n], n/32, g)
-		if j.w.DType.Base() == format.Q6_K {
-			q6XSums(s.xq[t*nq : (t+1)*nq]) // quantizeXQ6_K
-		}
+		quantizeXWith(j.ks, j.w.DType, s.xq[t*nq:(t+1)*nq], s.xd[t*nd:(t+1)*nd], j.x[t*n:(t+1)*n])
 	}
 	j.xq, j.xd = s.xq[:T*nq], s.xd[:T*nd]
 }
@@ -318,6 +309,15 @@ func (j *job) colAlign() int {
 		return a
 	}
 	return 1
+}
+
+// chunkMin returns the fewest units worth a chunk of their own: minChunk,
+// swigluMinChunk for SwiGLU.
+func (j *job) chunkMin() int {
+	if j.op == opSwiGLU {
+		return swigluMinChunk
+	}
+	return minChunk
 }
 
 // alignRequired reports whether the job's ranges must keep to colAlign even

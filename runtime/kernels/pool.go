@@ -356,10 +356,7 @@ func (p *Pool) Close() {
 // split returns the chunk size and the number of chunks for a job of n units
 // on this pool.
 func (p *Pool) split(j *job, n int) (chunk, total int) {
-	mc := minChunk
-	if j.op == opSwiGLU {
-		mc = swigluMinChunk
-	}
+	mc := j.chunkMin()
 	parts := min(p.workers*chunksPerWorker, (n+mc-1)/mc, maxChunks)
 	if parts <= 1 || p.workers == 1 {
 		return n, 1

@@ -62,19 +62,13 @@ func quantizeX(xq []int8, xd []float32, x []float32) { quantizeXGroups(xq, xd, x
 // kernel that takes quantizeX's x takes this one.
 func quantizeXK(xq []int8, xd []float32, x []float32) { quantizeXGroups(xq, xd, x, 8) }
 
-// quantizeXQ6_K is quantizeXK for the Q6_K dots, whose x no integer prefill
-// (qgemm) reads: the 32 bytes after the levels of each super-block's second
-// block (bytes 96–127 of its 512, d_x there in quantizeXK's layout) hold the
-// sums of the levels over its sixteen runs of 16 elements as int16 (|sum| ≤
+// q6XSums makes x quantized by quantizeXK (xq, 512 bytes a super-block) the
+// x of the Q6_K dots, which no integer prefill (qgemm)
+// reads: the 32 bytes after the levels of each super-block's second block
+// (bytes 96–127 of its 512, d_x there in quantizeXK's layout) get the sums
+// of the levels over its sixteen runs of 16 elements as int16 (|sum| ≤
 // 2032), GGML's Q8_K bsums, from which the AVX2 dot takes the −32 of every
 // weight once per super-block. The dots read d_x from the first block.
-func quantizeXQ6_K(xq []int8, xd []float32, x []float32) {
-	quantizeXK(xq, xd, x)
-	q6XSums(xq)
-}
-
-// q6XSums writes into x quantized by quantizeXK (xq, 512 bytes a
-// super-block) the level sums quantizeXQ6_K adds.
 func q6XSums(xq []int8) {
 	for s := 0; 512*s < len(xq); s++ {
 		sb := xq[512*s : 512*(s+1)]
@@ -88,13 +82,29 @@ func q6XSums(xq []int8) {
 	}
 }
 
-// quantizeXFor returns the x quantization of the K-quant dtype d's dots:
-// quantizeXQ6_K for Q6_K, quantizeXK for the others.
+// quantizeXFor returns the portable x quantization of d's dots
+// (quantizeXWith on the generic set), the reference of the tests.
 func quantizeXFor(d format.DType) func(xq []int8, xd []float32, x []float32) {
-	if d.Base() == format.Q6_K {
-		return quantizeXQ6_K
+	return func(xq []int8, xd []float32, x []float32) { quantizeXWith(genericSet, d, xq, xd, x) }
+}
+
+// quantizeXWith quantizes x (len a multiple of 32, of 256 for a K-quant)
+// into xq (2·len(x) bytes) and xd (len(x)/16 floats) for the dots of the
+// block-quantized dtype d with the set's quantizeX kernel: quantizeX's
+// blocks, for the K-quants one scale per 256 (quantizeXK), for Q6_K with
+// q6XSums' level sums too.
+func quantizeXWith(ks *kernelSet, d format.DType, xq []int8, xd []float32, x []float32) {
+	if len(x) == 0 {
+		return
 	}
-	return quantizeXK
+	g := 1
+	if d.KQuant() {
+		g = 8
+	}
+	ks.quantizeX(&xq[0], &xd[0], &x[0], len(x)/32, g)
+	if d.Base() == format.Q6_K {
+		q6XSums(xq[:2*len(x)])
+	}
 }
 
 // quantizeXGroups is quantizeX with the scale d shared by each group of g

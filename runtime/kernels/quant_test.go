@@ -207,7 +207,7 @@ func TestQuantRawDot(t *testing.T) {
 				require.Equal(t, xq, gq, "%s quantizeX nb %d", ks.name, nb)
 				require.Equal(t, xd, gd, "%s quantizeX nb %d", ks.name, nb)
 				if dt.KQuant() {
-					quantizeXK(dq, dd, x) // quantizeXQ6_K's sums overwritten
+					quantizeXK(dq, dd, x) // without Q6_K's sums (q6XSums)
 					ks.quantizeX(&gq[0], &gd[0], &x[0], nx, 8)
 					require.Equal(t, dq, gq, "%s quantizeXK nb %d", ks.name, nb)
 					require.Equal(t, dd, gd, "%s quantizeXK nb %d", ks.name, nb)

@@ -189,7 +189,6 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	g.i("DECQ CX")
 	g.i("JNE block")
 	g.p("sum:")
-	g.i("MOVQ stride+8(FP), R9") // k4ScalesGPR's scratch
 	g.i("MOVL $0x3e000000, R13") // 0.125
 	g.i("VMOVD R13, X9")
 	g.i("VBROADCASTSS X9, Y9")
@@ -232,8 +231,8 @@ func k4Scales(g *gen, base string) {
 func kqScaleByte(j int) int { return j + j/4*4 }
 
 // k4ScalesGPR unpacks the scales and minimums of the Q4_K / Q5_K super-block
-// at (base)(AX*1) as k4Scales does, but in general registers (R13, DX, R9
-// clobbered), so that most of the work leaves the vector ports to the dot
+// at (base)(AX*1) as k4Scales does, but in general registers (R13, DX
+// clobbered; A read twice rather than held in a third), so that most of the work leaves the vector ports to the dot
 // products: X7 (both lanes of Y7) = bytes sc0–3, m0–3, sc4–7, m4–7
 // (kqScaleByte), Y8 = m0–7 as int32. With A = bytes 4–11 and u = bytes 12–15,
 // the low dword of A & 0x3F… holds sc0–3 and its high one m0–3; sc4–7 and
@@ -241,17 +240,17 @@ func kqScaleByte(j int) int { return j + j/4*4 }
 // the low and high dword, and bits 6–7 of A's bytes go on top, each dword to
 // its own.
 func k4ScalesGPR(g *gen, base string) {
-	g.i("MOVQ 4(%s)(AX*1), R13", base)
-	g.i("MOVL 12(%s)(AX*1), DX", base)
-	g.i("MOVQ DX, R9")
-	g.i("SHLQ $28, R9")
-	g.i("ORQ R9, DX")
+	g.i("MOVL 12(%s)(AX*1), DX", base) // u
+	g.i("MOVQ DX, R13")
+	g.i("SHLQ $28, R13")
+	g.i("ORQ R13, DX")
 	g.i("ANDQ kqMask0f<>(SB), DX")
-	g.i("MOVQ R13, R9")
-	g.i("SHRQ $6, R9")
-	g.i("ANDQ kqMask03<>(SB), R9")
-	g.i("SHLQ $4, R9")
-	g.i("ORQ R9, DX")               // sc4–7, m4–7
+	g.i("MOVQ 4(%s)(AX*1), R13", base) // A
+	g.i("SHRQ $6, R13")
+	g.i("ANDQ kqMask03<>(SB), R13")
+	g.i("SHLQ $4, R13")
+	g.i("ORQ R13, DX") // sc4–7, m4–7
+	g.i("MOVQ 4(%s)(AX*1), R13", base)
 	g.i("ANDQ kqMask3f<>(SB), R13") // sc0–3, m0–3
 	g.i("VMOVQ R13, X7")
 	g.i("VPINSRQ $1, DX, X7, X7")
@@ -607,7 +606,7 @@ func q6Unpack(g *gen, h, k, q, qh, tmp int) {
 }
 
 // qdotRowsBQ6KAVX2 is qdotRowsQ6KAVX2 over m contiguous rows for T ≤ 4
-// tokens at once (MatVecBatch): token t's x as quantizeXQ6_K leaves it at
+// tokens at once (MatVecBatch): token t's x as quantizeXWith leaves it for Q6_K at
 // xq + t·xstride bytes, its sums at dst + t·dstride bytes. Each super-block's
 // levels and scales are unpacked once for all T; each token keeps the
 // single-token kernel's integer sums (exact) and float steps in its order,
