@@ -15,6 +15,12 @@ func qdotRowsQ4_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *fl
 func qdotRowsQ5_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 
 //go:noescape
+func qdotRowsQ5_KAVX512(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
+func qdotRowsQ5_KAVX512VNNI(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
+
+//go:noescape
 func qdotRowsQ6_KAVX2(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)
 
 //go:noescape

@@ -10,9 +10,12 @@ import (
 
 // archQKernels puts this architecture's K-quant kernels (kquant_amd64.s)
 // into its sets before fillPortableQ fills the rest: AVX2's Q4_K, Q5_K and
-// Q6_K decode dots, used by the AVX-512 and VNNI sets too (512-bit and VNNI
-// forms unwritten and unmeasured; on Zen 3 the AVX2 Q4_K dot runs from cache
-// at 17–19 GB/s, near a core's 21–23 GB/s read), and the multi-token Q6_K
+// Q6_K decode dots, used by the AVX-512 and VNNI sets too except for Q5_K's,
+// which have a 512-bit form (qdotRowsQ5_KAVX512, VNNI or not: faster by a
+// tenth from L2 on an Intel Xeon, where Q4_K's was not, asmgen records the
+// figures; on Zen 3 the AVX2 Q4_K dot runs from cache at 17–19 GB/s, near a
+// core's 21–23 GB/s read; Q6_K's would need multi-token forms that agree with
+// it bit for bit, as the AVX2 ones do), and the multi-token Q6_K
 // dots of MatVecBatch (batch.go: such as a Q4_0 or K-quant file's output
 // projection).
 func archQKernels() {
@@ -25,6 +28,8 @@ func archQKernels() {
 		ks.kdotRowsB[1][qIndex(format.Q6_K)] = qdotRowsBT3Q6_KAVX2
 		ks.kdotRowsB[2][qIndex(format.Q6_K)] = qdotRowsBT4Q6_KAVX2
 	}
+	avx512Set.qdotRows[qIndex(format.Q5_K)] = qdotRowsQ5_KAVX512
+	avx512vnniSet.qdotRows[qIndex(format.Q5_K)] = qdotRowsQ5_KAVX512VNNI
 }
 
 // archKAccum puts the AVX2 K-quant kernels into the sets: the dequantization
