@@ -252,9 +252,11 @@ func (b *Batcher) attention(ss []*Session, i int) {
 	x, xb := bf.x[:B*H], bf.xb[:B*H]
 	normRows(xb, x, l.AttnNorm, B, c.RMSNormEps)
 	q, k, v := bf.q[:B*qd], bf.k[:B*kvd], bf.v[:B*kvd]
-	b.project(q, l.Q, xb, B, l.QBias)
-	b.project(k, l.K, xb, B, l.KBias)
-	b.project(v, l.V, xb, B, l.VBias)
+	bf.fuseW, bf.fuseDst = [3]kernels.Mat{l.Q, l.K, l.V}, [3][]float32{q, k, v}
+	kernels.MatVecsBatch(b.pool, bf.fuseDst[:], bf.fuseW[:], xb, B)
+	addBias(q, l.QBias, B)
+	addBias(k, l.KBias, B)
+	addBias(v, l.VBias, B)
 	out := bf.attnOut[:B*qd]
 	b.kv, b.pos = b.kv[:0], b.pos[:0]
 	for t, s := range ss {
@@ -326,8 +328,8 @@ func (b *Batcher) ffn(ss []*Session, i int) {
 	}
 	normRows(xb, x, b.m.Layers[i].MLPNorm, B, c.RMSNormEps)
 	g, u := bf.gate[:B*kept], bf.up[:B*kept]
-	b.project(g, f.Gate, xb, B, nil)
-	b.project(u, f.Up, xb, B, nil)
+	bf.fuseW, bf.fuseDst = [3]kernels.Mat{f.Gate, f.Up}, [3][]float32{g, u}
+	kernels.MatVecsBatch(b.pool, bf.fuseDst[:2], bf.fuseW[:2], xb, B)
 	kernels.SwiGLUBatch(b.pool, g, u, B)
 	if f.Sliced {
 		clear(y)

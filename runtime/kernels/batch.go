@@ -57,18 +57,63 @@ func MatVecBatch(p *Pool, dst []float32, w Mat, x []float32, B int) {
 		return
 	}
 	j := job{op: opMatVecBatch, ks: active, w: w, dst: dst, x: x, t: B}
-	p.quantizeX(&j)
+	p.batchX(&j)
+	p.run(j, w.Rows)
+}
+
+// MatVecsBatch is MatVecs for B vectors: dst[i] = MatVecBatch(w[i], x, B)
+// for each i (shapes as MatVecBatch's: dst[i] [B, w[i].Rows], x [B,
+// w[i].Cols]), such as the q_proj, k_proj and v_proj of B sessions' tokens
+// in a batched decode step. Each run of consecutive matrices MatVecs would
+// fuse (the same dtype and width) goes to the pool as one call over their
+// rows, each x quantized once; every dst[i] is MatVecBatch's, bit for bit.
+func MatVecsBatch(p *Pool, dst [][]float32, w []Mat, x []float32, B int) {
+	if len(dst) != len(w) {
+		panic(fmt.Sprintf("kernels: MatVecsBatch: %d outputs for %d matrices", len(dst), len(w)))
+	}
+	if B == 1 {
+		MatVecs(p, dst, w, x)
+		return
+	}
+	for i := 0; i < len(w); {
+		n := 1
+		for i+n < len(w) && fusable(w[i], w[i+n]) {
+			n++
+		}
+		if n == 1 {
+			MatVecBatch(p, dst[i], w[i], x, B)
+			i++
+			continue
+		}
+		rows := 0
+		for k := i; k < i+n; k++ {
+			checkMatX(w[k])
+			checkLen("MatVecsBatch x", x, B*w[k].Cols)
+			checkLen("MatVecsBatch dst", dst[k], B*w[k].Rows)
+			rows += w[k].Rows
+		}
+		j := job{op: opMatVecsBatch, ks: active, w: w[i], x: x, t: B, mats: w[i : i+n], dsts: dst[i : i+n]}
+		p.batchX(&j)
+		p.run(j, rows)
+		i += n
+	}
+}
+
+// batchX quantizes a batched product's B vectors (quantizeX) and, where
+// the set has multi-token kernels for the dtype, lays them out for them
+// (qBatchLayout) in the caller's scratch.
+func (p *Pool) batchX(j *job) {
+	p.quantizeX(j)
 	if q, ok := j.batchQ(); ok {
-		nb := w.Cols / 32
+		nb := j.w.Cols / 32
 		s := p.scratch[0]
-		n := qBatchBytes(j.ks, q, nb, B)
+		n := qBatchBytes(j.ks, q, nb, j.t)
 		if len(s.xb) < n {
 			s.xb = make([]byte, n)
 		}
 		j.xb = s.xb[:n]
-		qBatchLayout(j.xb, j.ks, q, j.xq, j.xd, nb, B)
+		qBatchLayout(j.xb, j.ks, q, j.xq, j.xd, nb, j.t)
 	}
-	p.run(j, w.Rows)
 }
 
 // batchT returns how many of the left tokens the next multi-token call of

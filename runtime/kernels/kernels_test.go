@@ -371,7 +371,8 @@ func TestMatVec(t *testing.T) {
 	})
 }
 
-// TestMatVecs checks MatVecs against one MatVec per matrix, bit for bit:
+// TestMatVecs checks MatVecs against one MatVec per matrix, bit for bit (and
+// MatVecsBatch against one MatVecBatch per matrix):
 // runs of one dtype fused (float, block-quantized, K-quant, interleaved with
 // whole and partial groups of sixteen rows), a dtype change that splits the
 // run, and rows too few for every thread.
@@ -410,6 +411,18 @@ func TestMatVecs(t *testing.T) {
 					for i := range w {
 						MatVec(p, want[i], w[i], x)
 						require.Equal(t, want[i], got[i], "MatVecs %v rows %v: matrix %d", ds, rows, i)
+					}
+					// MatVecsBatch against MatVecBatch per matrix
+					for _, B := range []int{2, 4, 5} {
+						xb := randVec(rng, B*cols)
+						for i := range w {
+							got[i], want[i] = make([]float32, B*rows[i]), make([]float32, B*rows[i])
+							MatVecBatch(p, want[i], w[i], xb, B)
+						}
+						MatVecsBatch(p, got, w, xb, B)
+						for i := range w {
+							require.Equal(t, want[i], got[i], "MatVecsBatch %v rows %v B %d: matrix %d", ds, rows, B, i)
+						}
 					}
 				}
 			}
@@ -617,6 +630,7 @@ func TestNoAllocs(t *testing.T) {
 				aT := randVec(rng, 7*256)
 				vecsW := []Mat{m.Mat, m.Mat, m.Mat}
 				vecsDst := [][]float32{dT[:256], dT[256:512], dT[512:768]}
+				bvecsDst := [][]float32{make([]float32, 3*256), make([]float32, 3*256)}
 				dTT := make([]float32, 7*C)
 				cases := map[string]func(){
 					"MatVec":       func() { MatVec(p, dst, m.Mat, x) },
@@ -627,6 +641,7 @@ func TestNoAllocs(t *testing.T) {
 					"MatMulRowsT":  func() { MatMulRowsT(p, dTT, m.Mat, aT, 7) },
 					"MatVecBatch":  func() { MatVecBatch(p, dT[:3*256], m.Mat, xT[:3*C], 3) },
 					"MatVecs":      func() { MatVecs(p, vecsDst, vecsW, x) },
+					"MatVecsBatch": func() { MatVecsBatch(p, bvecsDst, vecsW[:2], xT[:3*C], 3) },
 					"AddRowsBatch": func() { AddRowsBatch(p, dTT[:3*C], m.Mat, aT[:3*256], 3) },
 				}
 				if dt == format.F32 {

@@ -243,6 +243,7 @@ const (
 	opAddRowsPartBatch // AddRowsBatch: opAddRowsPart's terms, t tokens
 	opSketch           // SketchMatVec: rows of an SK2 sketch (sketch.go)
 	opMatVecs          // MatVecs: the rows of mats, one after the other
+	opMatVecsBatch     // MatVecsBatch: opMatVecs' rows, t tokens (batch.go)
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
@@ -410,6 +411,16 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, j.chunk, s)
 	case opMatVecBatch, opAddRowsBatch, opAddRowsPartBatch:
 		j.batchDo(lo, hi, c)
+	case opMatVecsBatch: // each matrix's part as its MatVecBatch
+		off := 0
+		for i, w := range j.mats {
+			if a, b := max(lo, off), min(hi, off+w.Rows); a < b {
+				m := *j
+				m.op, m.w, m.dst = opMatVecBatch, w, j.dsts[i]
+				m.batchDo(a-off, b-off, c)
+			}
+			off += w.Rows
+		}
 	case opSketch:
 		sketchRange(j.ks, j.dst, j.w, j.xq, j.xd, lo, hi)
 	case opRead:

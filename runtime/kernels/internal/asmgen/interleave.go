@@ -51,9 +51,9 @@ func qdotX16(g *gen, q qtype, T int) {
 		}
 		return fmt.Sprintf("%s+%d(FP)", n, off[0])
 	}
-	xp := []string{"R8", "R12", "R13", "R14"}[:T]    // token t's x
-	xdp := []string{"R11", "R10", "R15", "DX"}[:T]   // its xd; xd[nb+b] at (xdp)(R9*4)
-	fa := []int{0, 8, 9, 12}[:T]                     // its sums, float32
+	xp := []string{"R8", "R12", "R13", "R14"}[:T]  // token t's x
+	xdp := []string{"R11", "R10", "R15", "DX"}[:T] // its xd; xd[nb+b] at (xdp)(R9*4)
+	fa := []int{0, 8, 9, 12}[:T]                   // its sums, float32
 	// its int32 accumulators: four for one token; two for several, whose
 	// products are enough independent chains (integer sums: the same result)
 	na := 4
