@@ -67,9 +67,13 @@ func MatVecBatch(p *Pool, dst []float32, w Mat, x []float32, B int) {
 // in a batched decode step. Each run of consecutive matrices MatVecs would
 // fuse (the same dtype and width) goes to the pool as one call over their
 // rows, each x quantized once; every dst[i] is MatVecBatch's, bit for bit.
+// It panics, as MatVecBatch does, on B < 1 or lengths that disagree.
 func MatVecsBatch(p *Pool, dst [][]float32, w []Mat, x []float32, B int) {
 	if len(dst) != len(w) {
 		panic(fmt.Sprintf("kernels: MatVecsBatch: %d outputs for %d matrices", len(dst), len(w)))
+	}
+	if B < 1 {
+		panic(fmt.Sprintf("kernels: MatVecsBatch of %d vectors", B))
 	}
 	if B == 1 {
 		MatVecs(p, dst, w, x)
