@@ -128,49 +128,15 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 	if five {
 		name, bb, qs = "qdotRowsQ5_KAVX2", 176, 48
 	}
-	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
-	g.i("MOVQ w+0(FP), R8")
-	g.i("MOVQ stride+8(FP), R9")
-	g.i("MOVQ idx+16(FP), R12")
-	g.i("MOVQ m+48(FP), BX")
-	g.i("MOVQ dst+56(FP), DI")
-	g.i("MOVQ pf+64(FP), R10")
-	g.i("MOVQ ·f16Table(SB), R14")
-	qMasks(g, "R13") // Y13: bytes 0x0F
-	if five {
-		g.i("MOVL $0x01010101, R13")
-		g.i("VMOVD R13, X12")
-		g.i("VPBROADCASTD X12, Y12") // bytes 1
-	}
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	x86RowStart(g, "pf+64(FP)")
-	g.i("MOVQ xq+24(FP), SI")
-	g.i("MOVQ xd+32(FP), R15")
-	g.i("MOVQ nb+40(FP), CX")
-	g.i("MOVQ CX, R13")
-	g.i("SHLQ $5, R13")
-	g.i("ADDQ R13, R15") // R15: the x block sums, 8 per super-block
-	g.i("XORQ AX, AX")
-	g.i("VXORPS Y0, Y0, Y0")
-	g.i("VXORPS Y1, Y1, Y1")
-	g.i("TESTQ CX, CX")
-	g.i("JEQ sum")
-	g.p("block:")
-	for off := 0; off < bb; off += 64 {
-		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
-	}
-	g.i("MOVWLZX (R8)(AX*1), R13")
-	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
-	g.i("MOVWLZX 2(R8)(AX*1), R13")
-	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
-	k4ScalesGPR(g, "R8")
-	g.i("VCVTDQ2PS Y8, Y8")
-	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
-	g.i("VFMADD231PS Y8, Y6, Y1") // += dmin·m_j·xsum_j
-	g.i("VPXOR Y14, Y14, Y14")    // Σ_j sc_j·Σ q·x, int32 lanes
+	k4DotOpen(g, name, bb, func() {
+		qMasks(g, "R13") // Y13: bytes 0x0F
+		if five {
+			g.i("MOVL $0x01010101, R13")
+			g.i("VMOVD R13, X12")
+			g.i("VPBROADCASTD X12, Y12") // bytes 1
+		}
+	})
+	g.i("VPXOR Y14, Y14, Y14") // Σ_j sc_j·Σ q·x, int32 lanes
 	if five {
 		g.i("VMOVDQU 16(R8)(AX*1), Y10") // qh
 	}
@@ -199,26 +165,7 @@ func qdotRowsK4AVX2(g *gen, five bool) {
 			g.i("VPADDD Y%d, Y14, Y14", y)
 		}
 	}
-	g.i("VCVTDQ2PS Y14, Y14")
-	g.i("VMULPS 32(SI), Y5, Y9") // d·d_x: the super-block's x blocks share d_x (quantizeXK)
-	g.i("VFMADD231PS Y9, Y14, Y0")
-	g.i("ADDQ $%d, AX", bb)
-	g.i("ADDQ $512, SI")
-	g.i("ADDQ $32, R15")
-	g.i("DECQ CX")
-	g.i("JNE block")
-	g.p("sum:")
-	g.i("MOVL $0x3e000000, R13") // 0.125
-	g.i("VMOVD R13, X9")
-	g.i("VBROADCASTSS X9, Y9")
-	g.i("VMULPS Y9, Y1, Y1")
-	g.i("VSUBPS Y1, Y0, Y0")
-	g.i("VEXTRACTF128 $1, Y0, X1")
-	g.i("VADDPS X1, X0, X0")
-	g.i("VHADDPS X0, X0, X0")
-	g.i("VHADDPS X0, X0, X0")
-	g.i("VMOVSS X0, (DI)")
-	x86RowEnd(g)
+	k4DotClose(g, bb)
 }
 
 // qdotRowsQ5KAVX512 is qdotRowsK4AVX2's Q5_K form on 512-bit registers: per
@@ -250,47 +197,13 @@ func qdotRowsQ5KAVX512(g *gen, vnni bool) {
 	if vnni {
 		name += "VNNI"
 	}
-	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
-	g.i("MOVQ w+0(FP), R8")
-	g.i("MOVQ stride+8(FP), R9")
-	g.i("MOVQ idx+16(FP), R12")
-	g.i("MOVQ m+48(FP), BX")
-	g.i("MOVQ dst+56(FP), DI")
-	g.i("MOVQ pf+64(FP), R10")
-	g.i("MOVQ ·f16Table(SB), R14")
-	g.i("MOVL $0x0f0f0f0f, R13")
-	g.i("VPBROADCASTD R13, Z13") // bytes 0x0F
-	g.i("MOVL $0x10101010, R13")
-	g.i("VPBROADCASTD R13, Z12") // bytes 0x10
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	x86RowStart(g, "pf+64(FP)")
-	g.i("MOVQ xq+24(FP), SI")
-	g.i("MOVQ xd+32(FP), R15")
-	g.i("MOVQ nb+40(FP), CX")
-	g.i("MOVQ CX, R13")
-	g.i("SHLQ $5, R13")
-	g.i("ADDQ R13, R15") // R15: the x block sums, 8 per super-block
-	g.i("XORQ AX, AX")
-	g.i("VXORPS Y0, Y0, Y0")
-	g.i("VXORPS Y1, Y1, Y1")
-	g.i("TESTQ CX, CX")
-	g.i("JEQ sum")
-	g.p("block:")
-	for off := 0; off < bb; off += 64 {
-		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
-	}
-	g.i("MOVWLZX (R8)(AX*1), R13")
-	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
-	g.i("MOVWLZX 2(R8)(AX*1), R13")
-	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
-	k4ScalesGPR(g, "R8")
+	k4DotOpen(g, name, bb, func() {
+		g.i("MOVL $0x0f0f0f0f, R13")
+		g.i("VPBROADCASTD R13, Z13") // bytes 0x0F
+		g.i("MOVL $0x10101010, R13")
+		g.i("VPBROADCASTD R13, Z12") // bytes 0x10
+	})
 	g.i("VSHUFI32X4 $0, Z7, Z7, Z7") // the scale bytes in all four lanes
-	g.i("VCVTDQ2PS Y8, Y8")
-	g.i("VMULPS (R15), Y8, Y8")      // m_j·xsum_j
-	g.i("VFMADD231PS Y8, Y6, Y1")    // += dmin·m_j·xsum_j
 	g.i("VPXORQ Z14, Z14, Z14")      // Σ_j sc_j·Σ q·x, int32 lanes
 	g.i("VMOVDQU 16(R8)(AX*1), Y10") // qh
 	g.i("VPSRLW $2, Y10, Y11")
@@ -327,6 +240,58 @@ func qdotRowsQ5KAVX512(g *gen, vnni bool) {
 	}
 	g.i("VEXTRACTI64X4 $1, Z14, Y15")
 	g.i("VPADDD Y15, Y14, Y14")
+	k4DotClose(g, bb)
+}
+
+// k4DotOpen emits the declaration and prologue of a Q4_K / Q5_K row dot
+// (qdotRows' arguments; masks sets the kernel's constant registers) and the
+// head of its super-block loop (bb bytes a block): the prefetch, d in Y5,
+// the scales (k4ScalesGPR) and the minimum term added to Y1. Registers as
+// qdotRowsK4AVX2 documents; Y0 and Y1 are the row's sums.
+func k4DotOpen(g *gen, name string, bb int, masks func()) {
+	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
+	g.decl("")
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	g.i("MOVQ w+0(FP), R8")
+	g.i("MOVQ stride+8(FP), R9")
+	g.i("MOVQ idx+16(FP), R12")
+	g.i("MOVQ m+48(FP), BX")
+	g.i("MOVQ dst+56(FP), DI")
+	g.i("MOVQ pf+64(FP), R10")
+	g.i("MOVQ ·f16Table(SB), R14")
+	masks()
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	x86RowStart(g, "pf+64(FP)")
+	g.i("MOVQ xq+24(FP), SI")
+	g.i("MOVQ xd+32(FP), R15")
+	g.i("MOVQ nb+40(FP), CX")
+	g.i("MOVQ CX, R13")
+	g.i("SHLQ $5, R13")
+	g.i("ADDQ R13, R15") // R15: the x block sums, 8 per super-block
+	g.i("XORQ AX, AX")
+	g.i("VXORPS Y0, Y0, Y0")
+	g.i("VXORPS Y1, Y1, Y1")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ sum")
+	g.p("block:")
+	for off := 0; off < bb; off += 64 {
+		g.i("PREFETCHT0 %d(R11)(AX*1)", off)
+	}
+	g.i("MOVWLZX (R8)(AX*1), R13")
+	g.i("VBROADCASTSS (R14)(R13*4), Y5") // d
+	g.i("MOVWLZX 2(R8)(AX*1), R13")
+	g.i("VBROADCASTSS (R14)(R13*4), Y6") // dmin
+	k4ScalesGPR(g, "R8")
+	g.i("VCVTDQ2PS Y8, Y8")
+	g.i("VMULPS (R15), Y8, Y8")   // m_j·xsum_j
+	g.i("VFMADD231PS Y8, Y6, Y1") // += dmin·m_j·xsum_j
+}
+
+// k4DotClose ends a super-block of a Q4_K / Q5_K row dot whose int32 sums
+// are in Y14 (scaled by d·d_x into Y0), closes the loop and stores the row's
+// result, Y0 less an eighth of Y1 summed across lanes.
+func k4DotClose(g *gen, bb int) {
 	g.i("VCVTDQ2PS Y14, Y14")
 	g.i("VMULPS 32(SI), Y5, Y9") // d·d_x: the super-block's x blocks share d_x (quantizeXK)
 	g.i("VFMADD231PS Y9, Y14, Y0")
