@@ -69,38 +69,10 @@ func MatVecBatch(p *Pool, dst []float32, w Mat, x []float32, B int) {
 // rows, each x quantized once; every dst[i] is MatVecBatch's, bit for bit.
 // It panics, as MatVecBatch does, on B < 1 or lengths that disagree.
 func MatVecsBatch(p *Pool, dst [][]float32, w []Mat, x []float32, B int) {
-	if len(dst) != len(w) {
-		panic(fmt.Sprintf("kernels: MatVecsBatch: %d outputs for %d matrices", len(dst), len(w)))
-	}
 	if B < 1 {
 		panic(fmt.Sprintf("kernels: MatVecsBatch of %d vectors", B))
 	}
-	if B == 1 {
-		MatVecs(p, dst, w, x)
-		return
-	}
-	for i := 0; i < len(w); {
-		n := 1
-		for i+n < len(w) && fusable(w[i], w[i+n]) {
-			n++
-		}
-		if n == 1 {
-			MatVecBatch(p, dst[i], w[i], x, B)
-			i++
-			continue
-		}
-		rows := 0
-		for k := i; k < i+n; k++ {
-			checkMatX(w[k])
-			checkLen("MatVecsBatch x", x, B*w[k].Cols)
-			checkLen("MatVecsBatch dst", dst[k], B*w[k].Rows)
-			rows += w[k].Rows
-		}
-		j := job{op: opMatVecsBatch, ks: active, w: w[i], x: x, t: B, mats: w[i : i+n], dsts: dst[i : i+n]}
-		p.batchX(&j)
-		p.run(j, rows)
-		i += n
-	}
+	matVecRuns(p, "MatVecsBatch", dst, w, x, B)
 }
 
 // batchX quantizes a batched product's B vectors (quantizeX) and, where

@@ -31,8 +31,19 @@ func MatVec(p *Pool, dst []float32, w Mat, x []float32) {
 // not whole groups of sixteen, it runs alone). The results are MatVec's,
 // bit for bit.
 func MatVecs(p *Pool, dst [][]float32, w []Mat, x []float32) {
+	matVecRuns(p, "MatVecs", dst, w, x, 1)
+}
+
+// matVecRuns is MatVecs (B = 1) and MatVecsBatch (B > 1): each run of
+// fusable matrices one pool call (opMatVecs, with t = B for a batch), a
+// matrix alone MatVecBatch's.
+func matVecRuns(p *Pool, name string, dst [][]float32, w []Mat, x []float32, B int) {
 	if len(dst) != len(w) {
-		panic(fmt.Sprintf("kernels: MatVecs: %d outputs for %d matrices", len(dst), len(w)))
+		panic(fmt.Sprintf("kernels: %s: %d outputs for %d matrices", name, len(dst), len(w)))
+	}
+	xName, dstName := "MatVecs x", "MatVecs dst" // constants: no allocation per call
+	if B > 1 {
+		xName, dstName = "MatVecsBatch x", "MatVecsBatch dst"
 	}
 	for i := 0; i < len(w); {
 		n := 1
@@ -40,19 +51,24 @@ func MatVecs(p *Pool, dst [][]float32, w []Mat, x []float32) {
 			n++
 		}
 		if n == 1 {
-			MatVec(p, dst[i], w[i], x)
+			MatVecBatch(p, dst[i], w[i], x, B) // MatVec for B = 1
 			i++
 			continue
 		}
 		rows := 0
 		for k := i; k < i+n; k++ {
 			checkMatX(w[k])
-			checkLen("MatVecs x", x, w[k].Cols)
-			checkLen("MatVecs dst", dst[k], w[k].Rows)
+			checkLen(xName, x, B*w[k].Cols)
+			checkLen(dstName, dst[k], B*w[k].Rows)
 			rows += w[k].Rows
 		}
 		j := job{op: opMatVecs, ks: active, w: w[i], x: x, mats: w[i : i+n], dsts: dst[i : i+n]}
-		p.quantizeX(&j)
+		if B > 1 {
+			j.t = B
+			p.batchX(&j)
+		} else {
+			p.quantizeX(&j)
+		}
 		p.run(j, rows)
 		i += n
 	}
@@ -242,8 +258,7 @@ const (
 	opAddRowsBatch     // AddRowsBatch: opAddRows' columns, t tokens
 	opAddRowsPartBatch // AddRowsBatch: opAddRowsPart's terms, t tokens
 	opSketch           // SketchMatVec: rows of an SK2 sketch (sketch.go)
-	opMatVecs          // MatVecs: the rows of mats, one after the other
-	opMatVecsBatch     // MatVecsBatch: opMatVecs' rows, t tokens (batch.go)
+	opMatVecs          // MatVecs, MatVecsBatch: the rows of mats, one after the other (t tokens)
 )
 
 // job is one kernel call, split by the pool into [lo, hi) ranges of its
@@ -379,11 +394,17 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 		matVecRange(j.ks, j.dst, j.w, nil, j.x, j.xq, j.xd, lo, hi)
 	case opMatVecRows:
 		matVecRange(j.ks, j.dst, j.w, j.rows, j.x, j.xq, j.xd, lo, hi)
-	case opMatVecs:
+	case opMatVecs: // each matrix's part as MatVec (t > 1: MatVecBatch) computes it
 		off := 0
 		for i, w := range j.mats {
 			if a, b := max(lo, off), min(hi, off+w.Rows); a < b {
-				matVecRange(j.ks, j.dsts[i], w, nil, j.x, j.xq, j.xd, a-off, b-off)
+				if j.t > 1 {
+					m := *j
+					m.op, m.w, m.dst = opMatVecBatch, w, j.dsts[i]
+					m.batchDo(a-off, b-off, c)
+				} else {
+					matVecRange(j.ks, j.dsts[i], w, nil, j.x, j.xq, j.xd, a-off, b-off)
+				}
 			}
 			off += w.Rows
 		}
@@ -411,16 +432,6 @@ func (j *job) do(lo, hi int, s *scratch, c int) {
 		matMulTRange(j.ks, j.dst, j.w, j.x, j.t, lo, hi, j.chunk, s)
 	case opMatVecBatch, opAddRowsBatch, opAddRowsPartBatch:
 		j.batchDo(lo, hi, c)
-	case opMatVecsBatch: // each matrix's part as its MatVecBatch
-		off := 0
-		for i, w := range j.mats {
-			if a, b := max(lo, off), min(hi, off+w.Rows); a < b {
-				m := *j
-				m.op, m.w, m.dst = opMatVecBatch, w, j.dsts[i]
-				m.batchDo(a-off, b-off, c)
-			}
-			off += w.Rows
-		}
 	case opSketch:
 		sketchRange(j.ks, j.dst, j.w, j.xq, j.xd, lo, hi)
 	case opRead:
