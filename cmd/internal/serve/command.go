@@ -54,7 +54,7 @@ func Command() *cli.Command {
 			&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port (0: any free one, printed at start)"},
 			&cli.StringFlag{Name: "api-key", EnvVars: []string{"SINF_API_KEY"}, Usage: "require Authorization: Bearer KEY on /v1 and /metrics"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "slots: requests generated at once, each with its own KV cache and neuron set (on the CPU each on threads/N threads, or with --batch all as one batch)"},
-			&cli.BoolFlag{Name: "batch", Usage: "with --parallel N on the CPU: the slots' decode steps run as one batch on every thread, each weight read once per step for all of them (the same tokens); on x86-64 up to four tokens share each weight's conversion; measured faster than per-slot pools on F16 files and behind them on small Q4_0 models (README)"},
+			&cli.BoolFlag{Name: "batch", Usage: "with --parallel N on the CPU: the slots' decode steps run as one batch on every thread, each weight read once per step for all of them (the same tokens); on x86-64 up to four tokens share each weight's conversion; measured faster than per-slot pools on F16 files, and on small Q4_0 models faster on one CPU and slower on another (README)"},
 			&cli.IntFlag{Name: "batch-groups", Value: 1, Usage: "with --batch: this many batches, each of its share of the slots (dealt in turn) on its share of the threads, with no synchronisation between them (at most --threads); more suit small models on few cores (README)"},
 			&cli.IntFlag{Name: "queue", Value: 16, Usage: "requests that may wait for a slot; more get 503 with Retry-After"},
 			&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "request body limit in bytes (413 above)"},
