@@ -50,13 +50,15 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 			n = a.Pos + t + 1
 		}
 		h := u % a.Heads
-		attendHead(ks, j.dst[t*qd+h*hd:t*qd+(h+1)*hd], j.x[t*qd+h*hd:t*qd+(h+1)*hd], k, v, h, n, a, s.att[:n])
+		attendHead(ks, j.dst[t*qd+h*hd:t*qd+(h+1)*hd], j.x[t*qd+h*hd:t*qd+(h+1)*hd], k, v, h, n, a, s.att[:(n+15)&^15])
 	}
 }
 
 // attendHead sets o to head h's attention output for query qh over the
 // first n positions of the caches k and v (the shape's rows), att the
-// scores' scratch (n floats).
+// scores' scratch (n floats rounded up to a multiple of 16: softmax's
+// exponentials run as one expSum call, the padding set to −Inf, whose
+// e^(x−max) is exactly 0).
 func attendHead(ks *kernelSet, o, qh, kc, vc []float32, h, n int, a AttnShape, att []float32) {
 	hd := a.HeadDim
 	kvd := a.KVHeads * hd
@@ -64,6 +66,8 @@ func attendHead(ks *kernelSet, o, qh, kc, vc []float32, h, n int, a AttnShape, a
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	off := (h / (a.Heads / a.KVHeads)) * hd
 	k := unsafe.Pointer(&kc[off])
+	pad := att[n : (n+15)&^15]
+	att = att[:n]
 	if nb > 0 {
 		ks.dotRows[0](k, 4*kvd, nil, &qh[0], nb, n, &att[0], 0)
 	} else {
@@ -74,17 +78,16 @@ func attendHead(ks *kernelSet, o, qh, kc, vc []float32, h, n int, a AttnShape, a
 		if nb < hd {
 			att[pos] += genericSet.dot1[0](unsafe.Add(k, 4*(pos*kvd+nb)), &qh[nb], hd-nb)
 		}
-		att[pos] *= scale
-		maxv = max(maxv, att[pos])
+		v := att[pos] * scale
+		att[pos] = v
+		if v > maxv { // NaN: its e^(x−max) makes the sum NaN all the same
+			maxv = v
+		}
 	}
-	eb := n &^ 15
-	var sum float32
-	if eb > 0 {
-		sum = ks.expSum(&att[0], eb, maxv)
+	for i := range pad {
+		pad[i] = float32(math.Inf(-1))
 	}
-	if eb < n {
-		sum += expSumGo(&att[eb], n-eb, maxv)
-	}
+	sum := ks.expSum(&att[0], n+len(pad), maxv)
 	clear(o)
 	v := unsafe.Pointer(&vc[off])
 	if nb > 0 {

@@ -53,6 +53,8 @@ func TestAttention(t *testing.T) {
 				{Heads: 8, KVHeads: 4, HeadDim: 6, Pos: 3, T: 1},
 				{Heads: 9, KVHeads: 3, HeadDim: 64, Pos: 17, T: 7},
 				{Heads: 2, KVHeads: 1, HeadDim: 33, Pos: 40, T: 1},
+				{Heads: 4, KVHeads: 2, HeadDim: 128, Pos: 70, T: 3}, // the short-row paths
+				{Heads: 6, KVHeads: 2, HeadDim: 96, Pos: 5, T: 1},
 			} {
 				qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 				rnd := func(n int) []float32 {

@@ -169,8 +169,11 @@ func TestRawKernels(t *testing.T) {
 			}
 			// dotRows and axpyRows: m rows at a stride longer than a row,
 			// contiguous or gathered (out of order, repeated), with and
-			// without prefetching, some coefficients zero.
-			for _, mult := range []int{1, 3, 17} {
+			// without prefetching, some coefficients zero. Up to 8 vectors
+			// a row (mult ≤ 4), contiguous rows take the short paths
+			// (attention's HeadDim rows), whose sums must be the one-row
+			// loop's bit for bit: the gathered rows 0..m−1 take that loop.
+			for _, mult := range []int{1, 2, 3, 4, 17} {
 				n := mult * ks.blk
 				const m, nrows = 9, 12
 				mat := randMat(rng, dt, nrows, n+5, 1)
@@ -203,6 +206,18 @@ func TestRawKernels(t *testing.T) {
 								scale += math.Abs(v)
 							}
 							checkClose(t, got[j], want, scale, tol, "dotRows %v n=%d gathered=%v pf=%d row %d", dt, n, gathered, pf, j)
+						}
+						if !gathered {
+							ident := make([]int32, m)
+							for j := range ident {
+								ident[j] = int32(j)
+							}
+							one := make([]float32, m)
+							ks.dotRows[d](base, stride, &ident[0], &x[0], n, m, &one[0], pf)
+							require.Equal(t, one, got[:m], "dotRows %v n=%d: contiguous rows against the one-row loop", dt, n)
+							dst1 := append([]float32(nil), dst0...)
+							ks.axpyRows[d](&dst1[0], base, stride, &ident[0], &a[0], n, m, pf)
+							require.Equal(t, dst1, dst, "axpyRows %v n=%d: contiguous rows against the one-row loop", dt, n)
 						}
 						for c := 0; c < n; c++ {
 							want, scale := float64(dst0[c]), math.Abs(float64(dst0[c]))
@@ -309,6 +324,19 @@ func TestRawKernels(t *testing.T) {
 				checkClose(t, x[i], w, w, 1e-6, "expSum x[%d]", i)
 			}
 			checkClose(t, sum, wantSum, wantSum, 1e-6, "expSum sum")
+			// −Inf (attendHead's padding) gives exactly 0 and adds nothing
+			y := append([]float32(nil), x[:16]...)
+			for i := 9; i < 16; i++ {
+				y[i] = float32(math.Inf(-1))
+			}
+			x9 := append([]float32(nil), y[:9]...)
+			sum = ks.expSum(&y[0], 16, 0.5)
+			require.Equal(t, make([]float32, 7), y[9:], "expSum(−Inf)")
+			var s9 float64
+			for _, v := range x9 {
+				s9 += math.Exp(float64(v - 0.5))
+			}
+			checkClose(t, sum, s9, s9, 1e-6, "expSum sum with −Inf")
 		}
 		// NaN stays NaN through exp; dotRows over n = 0 sets zeros.
 		{

@@ -345,7 +345,7 @@ func (j *job) alignRequired() bool {
 
 // scratchNeed returns the float32s of worker scratch that any chunk of the
 // job uses: pack and qw for MatMulRowsT (matMulTRange), qw for MatMul on
-// block-quantized rows (qmatMulRange), att for Attention (the cache's length). They depend on the
+// block-quantized rows (qmatMulRange), att for Attention (the cache's length, rounded up to 16). They depend on the
 // job's shape only, not on the chunk, so the pool sizes every worker's
 // scratch once per shape before the call (Pool.reserve) and a worker that
 // joins late, or first takes the short last chunk, allocates nothing.
@@ -361,6 +361,7 @@ func (j *job) scratchNeed() (need scratchSize) {
 				need.att = max(need.att, len(c)/kvd)
 			}
 		}
+		need.att = (need.att + 15) &^ 15 // attendHead's padding
 	case opMatMul, opMatMulTok:
 		if j.ks.intPrefill(j.w) {
 			need.qw = j.ks.qgemmScratch(j.w.Cols)

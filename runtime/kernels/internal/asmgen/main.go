@@ -635,10 +635,100 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.i("ANDQ $-%d, DX", 4*x.vw)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
+	short := x.r == "Z" && d.name == "F32"
+	if short {
+		g.i("TESTQ R12, R12")
+		g.i("JNE long")
+		g.i("CMPQ BX, $4")
+		g.i("JB long")
+		g.i("CMPQ CX, $%d", 8*x.vw)
+		g.i("JA long")
+		for k := 2; k < 8; k += 2 {
+			g.i("CMPQ CX, $%d", k*x.vw)
+			g.i("JEQ short%d", k)
+		}
+		g.i("JMP short8")
+		g.p("long:")
+	}
 	x86RowStart(g, "pf+56(FP)")
 	x.dotRow(g, d, true)
 	g.i("VMOVSS X0, (DI)")
 	x86RowEnd(g)
+	if short {
+		for k := 2; k <= 8; k += 2 {
+			dotRowsShort(g, k)
+		}
+	}
+}
+
+// dotRowsShort is dotRowsF32AVX512's path for contiguous rows of 16·k
+// elements (k ≤ 8: attention's keys, a head's HeadDim floats a row), four
+// rows at a time with x in Z24..Z31: each row's four accumulators get
+// dotRow's products in dotRow's order, and the four rows' horizontal sums
+// are dotRow's (lo + hi halves, then quarters, then VHADDPS' pairs) done
+// with shuffles for all four at once, so every sum is dotRow's bit for bit.
+// Rows left over (m mod 4) go to the one-row loop (long:).
+func dotRowsShort(g *gen, k int) {
+	g.p("short%d:", k)
+	for j := 0; j < k; j++ {
+		g.i("VMOVUPS %d(SI), Z%d", 64*j, 24+j)
+	}
+	rows := []string{"R8", "R13", "R14", "R15"}
+	g.p("sgrp%d:", k)
+	g.i("LEAQ (R8)(R9*1), R13")
+	g.i("LEAQ (R8)(R9*2), R14")
+	g.i("LEAQ (R13)(R9*2), R15")
+	for _, r := range rows {
+		for off := 0; off < 64*k; off += 64 {
+			g.i("PREFETCHT0 %d(%s)(R10*1)", off, r)
+		}
+	}
+	for i := 0; i < 16; i++ {
+		g.i("VPXORD Z%[1]d, Z%[1]d, Z%[1]d", i)
+	}
+	// dotRow: chunks of four vectors into accumulators 0..3, then a tail
+	// of two into 0 and 1
+	for j := 0; j < k; j++ {
+		acc := j % 4
+		for ri, r := range rows {
+			g.i("VFMADD231PS %d(%s), Z%d, Z%d", 64*j, r, 24+j, 4*ri+acc)
+		}
+	}
+	for ri := range rows {
+		a := 4 * ri
+		g.i("VADDPS Z%d, Z%d, Z%d", a+3, a+2, a+2)
+		g.i("VADDPS Z%d, Z%d, Z%d", a+1, a, a)
+		g.i("VADDPS Z%d, Z%d, Z%d", a+2, a, a)
+	}
+	// halves: [A.lo A.lo' B.lo B.lo'] + [A.hi A.hi' B.hi B.hi'] (128-bit lanes)
+	g.i("VSHUFF64X2 $0x44, Z4, Z0, Z16")
+	g.i("VSHUFF64X2 $0xee, Z4, Z0, Z17")
+	g.i("VADDPS Z17, Z16, Z16")
+	g.i("VSHUFF64X2 $0x44, Z12, Z8, Z18")
+	g.i("VSHUFF64X2 $0xee, Z12, Z8, Z19")
+	g.i("VADDPS Z19, Z18, Z18")
+	// quarters: lane i of row r's 8 + lane i+4
+	g.i("VSHUFF64X2 $0x88, Z18, Z16, Z20")
+	g.i("VSHUFF64X2 $0xdd, Z18, Z16, Z21")
+	g.i("VADDPS Z21, Z20, Z20")
+	// VHADDPS twice: (t0+t1) + (t2+t3) in each 128-bit lane
+	for range 2 {
+		g.i("VSHUFPS $0x88, Z20, Z20, Z21")
+		g.i("VSHUFPS $0xdd, Z20, Z20, Z22")
+		g.i("VADDPS Z22, Z21, Z20")
+	}
+	g.i("MOVL $0x1111, AX")
+	g.i("KMOVW AX, K1")
+	g.i("VCOMPRESSPS Z20, K1, Z21")
+	g.i("VMOVUPS X21, (DI)")
+	g.i("ADDQ $16, DI")
+	g.i("LEAQ (R8)(R9*4), R8")
+	g.i("SUBQ $4, BX")
+	g.i("CMPQ BX, $4")
+	g.i("JAE sgrp%d", k)
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.i("JMP long")
 }
 
 // x86RowStart emits the label row: and sets R8 to the row to read and R11
@@ -794,6 +884,21 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.i("JEQ done")
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
+	// Short contiguous float32 rows (attention's values, a head's HeadDim
+	// floats a row) keep dst in registers: short<K>.
+	short := d.name == "F32"
+	if short {
+		g.i("TESTQ R12, R12")
+		g.i("JNE long")
+		g.i("CMPQ CX, $%d", 8*x.vw)
+		g.i("JA long")
+		for k := 2; k < 8; k += 2 {
+			g.i("CMPQ CX, $%d", k*x.vw)
+			g.i("JEQ short%d", k)
+		}
+		g.i("JMP short8")
+		g.p("long:")
+	}
 	x86RowStart(g, "pf+56(FP)")
 	g.i("VMOVSS (SI), X15")
 	g.i("ADDQ $4, SI")
@@ -822,7 +927,46 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.p("done:")
 	g.i("VZEROUPPER")
 	g.i("RET")
+	for k := 2; short && k <= 8; k += 2 {
+		x.axpyRowsShort(g, k)
+	}
 	g.p("")
+}
+
+// axpyRowsShort is axpyRowsF32's path for k·vw contiguous elements (k ≤ 8):
+// dst in registers 0..k−1 across the rows, the row pf bytes on prefetched.
+// Each element gets the same fused a·w + dst per row, in the same order, as
+// the one-row loop: its sums bit for bit.
+func (x x86) axpyRowsShort(g *gen, k int) {
+	g.p("short%d:", k)
+	for i := 0; i < k; i++ {
+		g.i("VMOVUPS %d(DI), %s", 4*x.vw*i, x.v(i))
+	}
+	g.i("LEAQ (R8)(R10*1), R11")
+	g.p("srow%d:", k)
+	g.i("VMOVSS (SI), X15")
+	g.i("ADDQ $4, SI")
+	g.i("VUCOMISS X14, X15")
+	g.i("JNE snz%d", k)
+	g.i("JPS snz%d", k) // unordered (NaN): add it
+	g.i("JMP sskip%d", k)
+	g.p("snz%d:", k)
+	g.i("VBROADCASTSS X15, %s", x.v(15))
+	for off := 0; off < 4*k*x.vw; off += 64 {
+		g.i("PREFETCHT0 %d(R11)", off)
+	}
+	for i := 0; i < k; i++ {
+		g.i("VFMADD231PS %d(R8), %s, %s", 4*x.vw*i, x.v(15), x.v(i))
+	}
+	g.p("sskip%d:", k)
+	g.i("ADDQ R9, R8")
+	g.i("ADDQ R9, R11")
+	g.i("DECQ BX")
+	g.i("JNE srow%d", k)
+	for i := 0; i < k; i++ {
+		g.i("VMOVUPS %s, %d(DI)", x.v(i), 4*x.vw*i)
+	}
+	g.i("JMP done")
 }
 
 // gemm: D[t][r] += Σ_{e<n} W[r][e]·X[t][e] for r < gr, t < gt (= 4), where
