@@ -236,7 +236,7 @@ func refRoPE(x, cos, sin []float32) {
 func (r *refBackend) attention(out, q, kc, vc Ptr, pos0, T, heads, kvHeads, hd int) {
 	qd, kvd := heads*hd, kvHeads*hd
 	n := pos0 + T
-	kernels.Attention(r.pool, r.f32(out, T*qd), r.f32(q, T*qd), r.f32(kc, n*kvd), r.f32(vc, n*kvd),
+	kernels.Attention(r.pool, r.f32(out, T*qd), r.f32(q, T*qd), kernels.Cache{F32: r.f32(kc, n*kvd)}, kernels.Cache{F32: r.f32(vc, n*kvd)},
 		kernels.AttnShape{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Pos: pos0, T: T})
 }
 

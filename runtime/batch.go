@@ -46,7 +46,7 @@ type Batcher struct {
 	Wait time.Duration
 
 	steps, tokens atomic.Uint64
-	kv            [][]float32 // attention's caches and positions, one step's
+	kv            []kernels.Cache // attention's caches and positions, one step's
 	pos           []int
 }
 
@@ -269,8 +269,8 @@ func (b *Batcher) attention(ss []*Session, i int) {
 		for h := 0; h < c.KVHeads; h++ {
 			rope(kt[h*hd:(h+1)*hd], cos, sin)
 		}
-		copy(s.kcache[i][p*kvd:], kt)
-		copy(s.vcache[i][p*kvd:], vt)
+		s.kcache[i].Put(p*kvd, kt)
+		s.vcache[i].Put(p*kvd, vt)
 		b.kv, b.pos = append(b.kv, s.kcache[i]), append(b.pos, p)
 	}
 	for _, s := range ss {

@@ -40,10 +40,15 @@ func sliced(t *testing.T, name string, dt format.DType) *runtime.Model {
 // than one token per step on average: on a dense F32 model, Qwen2 with its
 // biases, and sliced F16 / Q8_0 / Q4_0 files in dense decode (the batched
 // FFN with AddRowsBatch), GateFirst (the gate product batched, each
-// session's own rows) and SelectInfer (each session's own FFN).
+// session's own rows) and SelectInfer (each session's own FFN), and with
+// F16 KV caches.
 func TestBatchedGenerate(t *testing.T) {
 	_, hf260 := load(t, "stories260k")
 	_, qwen := load(t, "tiny-random-qwen2")
+	_, hf260kv := load(t, "stories260k")
+	hf260kv.KVCache = format.F16
+	slicedKV := sliced(t, "stories260k", format.F16)
+	slicedKV.KVCache = format.F16
 	models := []struct {
 		name  string
 		m     *runtime.Model
@@ -54,6 +59,8 @@ func TestBatchedGenerate(t *testing.T) {
 		{"stories260k-f16-g0.7", sliced(t, "stories260k", format.F16), []runtime.Mode{runtime.Dense, runtime.GateFirst, runtime.SelectInfer}},
 		{"tinystories-656k-q8_0-g0.7", sliced(t, "tinystories-656k", format.Q8_0), []runtime.Mode{runtime.Dense, runtime.GateFirst}},
 		{"tinystories-656k-q4_0-g0.7", sliced(t, "tinystories-656k", format.Q4_0), []runtime.Mode{runtime.Dense}},
+		{"stories260k-kv-f16", hf260kv, []runtime.Mode{runtime.Dense}},
+		{"stories260k-f16-g0.7-kv-f16", slicedKV, []runtime.Mode{runtime.GateFirst}},
 	}
 	prompts := [][]int{{1, 5, 9, 33, 2}, {1, 17, 40}, {1, 7, 11, 3, 60, 21, 8, 9, 10}, {1, 2}}
 	maxTokens := []int{12, 20, 7, 16}

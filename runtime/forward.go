@@ -23,10 +23,10 @@ type Observer interface {
 type Session struct {
 	m       *Model
 	pool    *kernels.Pool
-	ctx     int // KV cache length in positions
-	pos     int // positions filled
-	kcache  [][]float32
-	vcache  [][]float32
+	ctx     int             // KV cache length in positions
+	pos     int             // positions filled
+	kcache  []kernels.Cache // one per layer, m.KVCache's dtype
+	vcache  []kernels.Cache
 	Observe Observer // optional
 
 	// active[i] lists the rows of layer i's MLP to compute; nil = all rows.
@@ -72,19 +72,20 @@ var ErrContextFull = errors.New("context length exceeded")
 // NewSession allocates a session with room for ctx positions computing on
 // pool: ctx ≤ 0 gives min(Config.MaxContext, DefaultContext), and ctx above
 // MaxContext (max_position_embeddings, or a smaller sliding window) is
-// capped at it. A KV cache costs KVCacheBytes(ctx) =
-// 2·layers·ctx·kv_heads·head_dim·4 bytes, the RoPE tables ctx·head_dim·4.
+// capped at it. A KV cache costs KVCacheBytes(ctx, m.KVCache) =
+// 2·layers·ctx·kv_heads·head_dim·(4 or 2) bytes, the RoPE tables
+// ctx·head_dim·4.
 func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 	c := m.Config
 	if ctx <= 0 {
 		ctx = min(c.MaxContext(), DefaultContext)
 	}
 	ctx = min(ctx, c.MaxContext())
-	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([][]float32, c.Layers), vcache: make([][]float32, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers)}
+	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([]kernels.Cache, c.Layers), vcache: make([]kernels.Cache, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers)}
 	kvd := c.KVHeads * c.HeadDim
 	for i := range s.kcache {
-		s.kcache[i] = make([]float32, ctx*kvd)
-		s.vcache[i] = make([]float32, ctx*kvd)
+		s.kcache[i] = kernels.NewCache(m.KVCacheType(), ctx*kvd)
+		s.vcache[i] = kernels.NewCache(m.KVCacheType(), ctx*kvd)
 	}
 	half := c.HeadDim / 2
 	s.buf.ropeCos = make([]float32, ctx*half)
@@ -299,8 +300,8 @@ func (s *Session) attention(i, T int) {
 			rope(k[t*kvd+h*hd:t*kvd+(h+1)*hd], cos, sin)
 		}
 	}
-	copy(s.kcache[i][s.pos*kvd:], k)
-	copy(s.vcache[i][s.pos*kvd:], v)
+	s.kcache[i].Put(s.pos*kvd, k)
+	s.vcache[i].Put(s.pos*kvd, v)
 
 	// out[t, h] = Σ_p softmax_p(q·k_p / √hd) v_p over p ≤ pos+t (causal).
 	out := b.attnOut[:T*qd]

@@ -1,6 +1,9 @@
 package runtime
 
-import "github.com/selectinfer/sinf/runtime/kernels"
+import (
+	"github.com/selectinfer/sinf/format"
+	"github.com/selectinfer/sinf/runtime/kernels"
+)
 
 // Memory is the one memory model of a run: the predicted peak resident
 // memory (VmHWM) of a process that maps a .sinf file and generates with
@@ -15,8 +18,9 @@ import "github.com/selectinfer/sinf/runtime/kernels"
 //     computes every loaded neuron; the LM head, or the tied embedding,
 //     reads every row for each token), so all of it becomes resident.
 //   - KV: the KV cache at Context positions, 2·layers·Context·kv_heads·
-//     head_dim·4 (float32). Only the positions filled are resident, so
-//     this is the peak once the context is full.
+//     head_dim·4 (float32; ·2 for an F16 cache: WithKVCache). Only the
+//     positions filled are resident, so this is the peak once the context
+//     is full.
 //   - Buffers: the session's other buffers (Session.ensure and
 //     NewSession): RoPE tables Context·head_dim·4, prefill activations
 //     Prompt·(3·hidden + 2·heads·head_dim + 2·kv_heads·head_dim +
@@ -49,6 +53,18 @@ type Memory struct {
 
 // Total is the predicted peak resident memory: File + Heap + Process.
 func (m Memory) Total() int64 { return m.File + m.Heap + m.Process }
+
+// WithKVCache returns m for a KV cache of dtype d (Model.KVCache: F32, or
+// F16 at half the bytes) in place of float32's, Heap and the total with it.
+func (m Memory) WithKVCache(c Config, d format.DType) Memory {
+	if d == 0 {
+		d = format.F32
+	}
+	m.KV = KVCacheBytesOf(c, m.Context, d)
+	m.Heap = max(m.TokenizerPeak, m.TokenizerLive+m.KV+m.Buffers)
+	m.TotalBytes = m.Total()
+	return m
+}
 
 // Measured constants of the memory model (Linux amd64, Go 1.26). With the
 // Llama-3 tokenizer (../shared/tokenizers/llama3, embedded compacted in 6.08
@@ -99,7 +115,12 @@ func EstimateMemory(c Config, fileBytes, tokenizerBytes int64, context, prompt, 
 
 // KVCacheBytes is the KV cache of positions positions (NewSession):
 // 2 · layers · positions · kv_heads · head_dim · 4 bytes (float32 keys and
-// values).
+// values; Model.KVCache F16 halves it: KVCacheBytesOf).
 func KVCacheBytes(c Config, positions int) int64 {
-	return 2 * int64(c.Layers) * int64(positions) * int64(c.KVHeads*c.HeadDim) * 4
+	return KVCacheBytesOf(c, positions, format.F32)
+}
+
+// KVCacheBytesOf is KVCacheBytes for a cache of dtype d (F32 or F16).
+func KVCacheBytesOf(c Config, positions int, d format.DType) int64 {
+	return 2 * int64(c.Layers) * int64(positions) * int64(c.KVHeads*c.HeadDim) * int64(d.Size())
 }

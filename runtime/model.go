@@ -129,10 +129,24 @@ type Model struct {
 	// Path names where the weights are read from (the .sinf file or the
 	// HF folder), for errors; set by LoadFile and the HF loader.
 	Path string
+	// KVCache is the dtype of the KV caches of the sessions made after it
+	// is set (kernels.Cache): format.F32, the default (0 too), or
+	// format.F16, half the memory and half the bytes attention reads a
+	// token, at F16's precision (llama.cpp's default cache type).
+	KVCache format.DType
 
 	invFreq []float64 // RoPE inverse frequencies [head_dim/2]
 
 	norms *rowNorms // RowNorms' cache; nil in a Model not made by Load
+}
+
+// KVCacheType is KVCache with its default: the dtype of the KV caches
+// NewSession makes.
+func (m *Model) KVCacheType() format.DType {
+	if m.KVCache == 0 {
+		return format.F32
+	}
+	return m.KVCache
 }
 
 type rowNorms struct {

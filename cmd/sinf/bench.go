@@ -30,6 +30,7 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Required: true, Usage: "a .sinf file or an HF checkpoint folder"},
 			strictFlag(),
 			&cli.IntFlag{Name: "threads", Usage: runcmd.ThreadsUsage + "; also used for the bandwidth measurement"},
+			runcmd.KVCacheFlag(),
 			&cli.IntFlag{Name: "busy", Usage: "run N busy-loop processes (one CPU each) during the measurement: speed on a device whose CPUs other work uses"},
 			&cli.IntFlag{Name: "prompt-tokens", Value: 64, Usage: "prompt length P (a fixed pseudo-random sequence of valid ids)"},
 			&cli.IntFlag{Name: "gen-tokens", Value: 32, Usage: "decode steps G"},
@@ -58,6 +59,9 @@ func benchCommand() *cli.Command {
 				return err
 			}
 			defer l.Close()
+			if err := runcmd.SetKVCache(c, l.Model); err != nil {
+				return err
+			}
 			sp, err := runcmd.Sparsity(c, l.Model)
 			if err != nil {
 				return err
@@ -113,6 +117,7 @@ type benchReport struct {
 	CPUFeatures        []string  `json:"cpu_features"`   // the CPU features that set uses, as /proc/cpuinfo names them
 	DType              string    `json:"dtype"`          // the FFN weights' (layer 0's gate_proj)
 	LMHeadDType        string    `json:"lm_head_dtype"`  // the output projection's
+	KVCache            string    `json:"kv_cache"`       // the KV cache's element type (--kv-cache)
 	PromptTokens       int       `json:"prompt_tokens"`
 	GenTokens          int       `json:"gen_tokens"`
 	Repeat             int       `json:"repeat"`
@@ -166,7 +171,7 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 	m := l.Model
 	rep := &benchReport{Model: l.Path, Kind: l.Kind, Mode: sp.Mode.String(), Threads: pool.Threads(), ISA: kernels.ISA(), CPUFeatures: kernels.Features(),
 		PromptTokens: opt.Prompt, GenTokens: opt.Gen, Repeat: opt.Repeat, MappedBytes: l.MappedBytes,
-		LMHeadDType: m.LMHead.DType.String()}
+		LMHeadDType: m.LMHead.DType.String(), KVCache: strings.ToLower(m.KVCacheType().String())}
 	if len(m.Layers) > 0 {
 		rep.DType = m.Layers[0].MLP.Gate.DType.String()
 	}
@@ -214,7 +219,7 @@ func runBench(l *runcmd.Loaded, pool *kernels.Pool, sp runtime.Sparsity, opt ben
 	rep.PrefillTokensPerS = median(rep.PrefillRuns)
 	rep.DecodeTokensPerS = median(rep.DecodeRuns)
 	rep.PeakRSSBytes = runtime.PeakRSS()
-	rep.MemoryModel = runtime.EstimateMemory(m.Config, l.FileBytes, tokenizerBytes(l), opt.Prompt+opt.Gen+1, opt.Prompt, pool.Threads())
+	rep.MemoryModel = runtime.EstimateMemory(m.Config, l.FileBytes, tokenizerBytes(l), opt.Prompt+opt.Gen+1, opt.Prompt, pool.Threads()).WithKVCache(m.Config, m.KVCache)
 	b := synth.BytesPerToken(m, s)
 	rep.BytesPerToken, rep.AttentionBytes, rep.FFNBytes, rep.LMHeadBytes = b.Total(), b.Attention, b.FFN, b.LMHead
 	if opt.BandwidthBytes > 0 {
@@ -256,7 +261,7 @@ func printBench(w io.Writer, r *benchReport) {
 	if r.Mode != runtime.Dense.String() {
 		mode += fmt.Sprintf(" (phi %g, alpha %g)", r.Phi, r.Alpha)
 	}
-	fmt.Fprintf(w, "model      %s (%s, %s mapped; weights %s, LM head %s)\n", r.Model, r.Kind, human(r.MappedBytes), r.DType, r.LMHeadDType)
+	fmt.Fprintf(w, "model      %s (%s, %s mapped; weights %s, LM head %s, KV cache %s)\n", r.Model, r.Kind, human(r.MappedBytes), r.DType, r.LMHeadDType, r.KVCache)
 	fmt.Fprintf(w, "run        mode %s, %d threads, kernels %s (%s); prompt %d tokens, %d decode steps, median of %d runs\n",
 		mode, r.Threads, r.ISA, strings.Join(r.CPUFeatures, " "), r.PromptTokens, r.GenTokens, r.Repeat)
 	if r.Busy > 0 {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
 )
 
 // AttnShape describes causal grouped-query attention of T new tokens over a
@@ -14,20 +16,76 @@ type AttnShape struct {
 	T                       int
 }
 
+// Cache is one layer's key or value cache: row p (position p) holds the
+// KVHeads·HeadDim values of that position's keys (or values), as float32
+// (F32) or as IEEE 754 half floats (F16: half the memory and the bytes
+// attention reads, llama.cpp's default cache type, at F16's 11-bit
+// precision). Exactly one of the two is set.
+type Cache struct {
+	F32 []float32
+	F16 []uint16
+}
+
+// NewCache returns a zeroed cache of n values of dtype d (format.F32 or
+// format.F16; any other panics).
+func NewCache(d format.DType, n int) Cache {
+	switch d {
+	case format.F32:
+		return Cache{F32: make([]float32, n)}
+	case format.F16:
+		return Cache{F16: make([]uint16, n)}
+	}
+	panic(fmt.Sprintf("kernels: a %v KV cache (want F32 or F16)", d))
+}
+
+// Len returns the number of values the cache holds.
+func (c Cache) Len() int { return len(c.F32) + len(c.F16) }
+
+// DType returns the cache's element type.
+func (c Cache) DType() format.DType {
+	if c.F16 != nil {
+		return format.F16
+	}
+	return format.F32
+}
+
+// Put stores row at values [off, off+len(row)), rounded to the nearest F16
+// (ties to even, format.F32ToF16) in an F16 cache.
+func (c Cache) Put(off int, row []float32) {
+	if c.F16 == nil {
+		copy(c.F32[off:off+len(row)], row)
+		return
+	}
+	dst := c.F16[off : off+len(row)]
+	for i, v := range row {
+		dst[i] = format.F32ToF16(v)
+	}
+}
+
+// at returns the address of value off, the cache's dtype index (dtIndex)
+// and its element size in bytes.
+func (c Cache) at(off int) (p unsafe.Pointer, d, es int) {
+	if c.F16 != nil {
+		return unsafe.Pointer(&c.F16[off]), 1, 2
+	}
+	return unsafe.Pointer(&c.F32[off]), 0, 4
+}
+
 // Attention computes, for token t < T at position Pos+t and head h,
 //
 //	out[t,h] = Σ_{p ≤ Pos+t} softmax_p(q[t,h]·k[p,g]/√HeadDim) · v[p,g],  g = h / (Heads/KVHeads)
 //
 // Shapes (row-major float32): q and out [T, Heads·HeadDim]; kc and vc
 // [≥ Pos+T, KVHeads·HeadDim], already holding the T new tokens' keys and
-// values. Token-head pairs are split across the pool's workers; softmax is
-// computed in float32 with the maximum subtracted.
-func Attention(p *Pool, out, q, kc, vc []float32, a AttnShape) {
+// values, both of one dtype. Token-head pairs are split across the pool's
+// workers; softmax is computed in float32 with the maximum subtracted.
+func Attention(p *Pool, out, q []float32, kc, vc Cache, a AttnShape) {
 	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	checkLen("Attention q", q, a.T*qd)
 	checkLen("Attention out", out, a.T*qd)
-	checkLen("Attention k cache", kc, (a.Pos+a.T)*kvd)
-	checkLen("Attention v cache", vc, (a.Pos+a.T)*kvd)
+	if kc.Len() < (a.Pos+a.T)*kvd || vc.Len() < (a.Pos+a.T)*kvd || kc.DType() != vc.DType() {
+		panic(fmt.Sprintf("kernels: Attention: caches of %d %v and %d %v values, want %d of one dtype", kc.Len(), kc.DType(), vc.Len(), vc.DType(), (a.Pos+a.T)*kvd))
+	}
 	p.run(job{op: opAttention, ks: active, dst: out, x: q, k: kc, v: vc, attn: a}, a.T*a.Heads)
 }
 
@@ -59,24 +117,24 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 // scores' scratch (n floats rounded up to a multiple of 16: softmax's
 // exponentials run as one expSum call, the padding set to −Inf, whose
 // e^(x−max) is exactly 0).
-func attendHead(ks *kernelSet, o, qh, kc, vc []float32, h, n int, a AttnShape, att []float32) {
+func attendHead(ks *kernelSet, o, qh []float32, kc, vc Cache, h, n int, a AttnShape, att []float32) {
 	hd := a.HeadDim
 	kvd := a.KVHeads * hd
 	nb := hd / ks.blk * ks.blk
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	off := (h / (a.Heads / a.KVHeads)) * hd
-	k := unsafe.Pointer(&kc[off])
+	k, d, es := kc.at(off)
 	pad := att[n : (n+15)&^15]
 	att = att[:n]
 	if nb > 0 {
-		ks.dotRows[0](k, 4*kvd, nil, &qh[0], nb, n, &att[0], 0)
+		ks.dotRows[d](k, es*kvd, nil, &qh[0], nb, n, &att[0], 0)
 	} else {
 		clear(att)
 	}
 	maxv := float32(math.Inf(-1))
 	for pos := range att {
 		if nb < hd {
-			att[pos] += genericSet.dot1[0](unsafe.Add(k, 4*(pos*kvd+nb)), &qh[nb], hd-nb)
+			att[pos] += genericSet.dot1[d](unsafe.Add(k, es*(pos*kvd+nb)), &qh[nb], hd-nb)
 		}
 		v := att[pos] * scale
 		att[pos] = v
@@ -89,12 +147,12 @@ func attendHead(ks *kernelSet, o, qh, kc, vc []float32, h, n int, a AttnShape, a
 	}
 	sum := ks.expSum(&att[0], n+len(pad), maxv)
 	clear(o)
-	v := unsafe.Pointer(&vc[off])
+	v, _, _ := vc.at(off)
 	if nb > 0 {
-		ks.axpyRows[0](&o[0], v, 4*kvd, nil, &att[0], nb, n, 0)
+		ks.axpyRows[d](&o[0], v, es*kvd, nil, &att[0], nb, n, 0)
 	}
 	if nb < hd {
-		genericSet.axpyRows[0](&o[nb], unsafe.Add(v, 4*nb), 4*kvd, nil, &att[0], hd-nb, n, 0)
+		genericSet.axpyRows[d](&o[nb], unsafe.Add(v, es*nb), es*kvd, nil, &att[0], hd-nb, n, 0)
 	}
 	inv := 1 / sum
 	for i := range o {
@@ -109,7 +167,7 @@ func attendHead(ks *kernelSet, o, qh, kc, vc []float32, h, n int, a AttnShape, a
 // holding its key and value); a's Pos and T are not used. Each token's
 // output is Attention's with Pos pos[t] and T 1 bit for bit (the same
 // per-head code).
-func AttentionBatch(p *Pool, out, q []float32, kv [][]float32, pos []int, a AttnShape) {
+func AttentionBatch(p *Pool, out, q []float32, kv []Cache, pos []int, a AttnShape) {
 	B := len(pos)
 	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	checkLen("AttentionBatch q", q, B*qd)
@@ -118,7 +176,7 @@ func AttentionBatch(p *Pool, out, q []float32, kv [][]float32, pos []int, a Attn
 		panic(fmt.Sprintf("kernels: AttentionBatch: %d caches for %d tokens (want their keys, then their values)", len(kv), B))
 	}
 	for t, n := range pos {
-		if n < 0 || len(kv[t]) < (n+1)*kvd || len(kv[B+t]) < (n+1)*kvd {
+		if n < 0 || kv[t].Len() < (n+1)*kvd || kv[B+t].Len() < (n+1)*kvd || kv[t].DType() != kv[B+t].DType() {
 			panic(fmt.Sprintf("kernels: AttentionBatch: token %d at position %d beyond its cache", t, n))
 		}
 	}

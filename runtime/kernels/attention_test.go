@@ -4,7 +4,29 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/selectinfer/sinf/format"
 )
+
+// values returns a cache's values as float32.
+func values(c Cache) []float32 {
+	if c.F16 == nil {
+		return c.F32
+	}
+	v := make([]float32, len(c.F16))
+	for i, h := range c.F16 {
+		v[i] = format.F16ToF32(h)
+	}
+	return v
+}
+
+// prefix returns the cache's first n values.
+func prefix(c Cache, n int) Cache {
+	if c.F16 == nil {
+		return Cache{F32: c.F32[:n]}
+	}
+	return Cache{F16: c.F16[:n]}
+}
 
 // attentionRef is causal GQA attention in float64, written from the
 // definition.
@@ -65,12 +87,18 @@ func TestAttention(t *testing.T) {
 					return x
 				}
 				q, kc, vc := rnd(a.T*qd), rnd((a.Pos+a.T)*kvd), rnd((a.Pos+a.T)*kvd)
-				out := make([]float32, a.T*qd)
-				Attention(p, out, q, kc, vc, a)
-				want := attentionRef(q, kc, vc, a)
-				for i, w := range want {
-					if math.Abs(float64(out[i])-w) > 1e-5*math.Max(1, math.Abs(w)) {
-						t.Fatalf("%s, %d threads, %+v: out[%d] = %v, want %v", ks.name, threads, a, i, out[i], w)
+				for _, dt := range []format.DType{format.F32, format.F16} {
+					// the reference gets the values the cache holds
+					kcache, vcache := NewCache(dt, len(kc)), NewCache(dt, len(vc))
+					kcache.Put(0, kc)
+					vcache.Put(0, vc)
+					out := make([]float32, a.T*qd)
+					Attention(p, out, q, kcache, vcache, a)
+					want := attentionRef(q, values(kcache), values(vcache), a)
+					for i, w := range want {
+						if math.Abs(float64(out[i])-w) > 1e-5*math.Max(1, math.Abs(w)) {
+							t.Fatalf("%s, %d threads, %+v, %v cache: out[%d] = %v, want %v", ks.name, threads, a, dt, i, out[i], w)
+						}
 					}
 				}
 			}
@@ -114,18 +142,21 @@ func TestAttentionBatch(t *testing.T) {
 				pos := []int{0, 40, 17, 3}
 				B := len(pos)
 				q := rnd(B * qd)
-				kv := make([][]float32, 2*B)
-				for i := range kv {
-					kv[i] = rnd((pos[i%B] + 1 + i) * kvd) // caches longer than the position
-				}
-				got := make([]float32, B*qd)
-				AttentionBatch(p, got, q, kv, pos, a)
-				for tok, n := range pos {
-					want := make([]float32, qd)
-					one := a
-					one.Pos, one.T = n, 1
-					Attention(p, want, q[tok*qd:(tok+1)*qd], kv[tok][:(n+1)*kvd], kv[B+tok][:(n+1)*kvd], one)
-					equalBits(t, got[tok*qd:(tok+1)*qd], want, "AttentionBatch %+v token %d", a, tok)
+				for _, dt := range []format.DType{format.F32, format.F16} {
+					kv := make([]Cache, 2*B)
+					for i := range kv {
+						kv[i] = NewCache(dt, (pos[i%B]+1+i)*kvd) // caches longer than the position
+						kv[i].Put(0, rnd(kv[i].Len()))
+					}
+					got := make([]float32, B*qd)
+					AttentionBatch(p, got, q, kv, pos, a)
+					for tok, n := range pos {
+						want := make([]float32, qd)
+						one := a
+						one.Pos, one.T = n, 1
+						Attention(p, want, q[tok*qd:(tok+1)*qd], prefix(kv[tok], (n+1)*kvd), prefix(kv[B+tok], (n+1)*kvd), one)
+						equalBits(t, got[tok*qd:(tok+1)*qd], want, "AttentionBatch %+v %v token %d", a, dt, tok)
+					}
 				}
 			}
 		})

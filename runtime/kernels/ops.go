@@ -271,10 +271,10 @@ type job struct {
 	x    []float32
 	rows []int32
 	t    int
-	k, v []float32 // Attention: the KV cache
+	k, v Cache // Attention: the KV cache
 	// AttentionBatch: each token's key caches, then its value caches, and
 	// its position
-	kvb  [][]float32
+	kvb  []Cache
 	pos  []int
 	attn AttnShape // Attention: the shape
 	xq   []int8    // MatVec on block-quantized weights: x as int8 blocks
@@ -356,9 +356,9 @@ func (j *job) scratchNeed() (need scratchSize) {
 		// is one position longer than the last
 		need.att = j.attn.Pos + j.attn.T
 		if kvd := j.attn.KVHeads * j.attn.HeadDim; kvd > 0 {
-			need.att = max(need.att, len(j.k)/kvd)
+			need.att = max(need.att, j.k.Len()/kvd)
 			for _, c := range j.kvb[:len(j.kvb)/2] {
-				need.att = max(need.att, len(c)/kvd)
+				need.att = max(need.att, c.Len()/kvd)
 			}
 		}
 		need.att = (need.att + 15) &^ 15 // attendHead's padding

@@ -109,6 +109,7 @@ func Flags() []cli.Flag {
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions (0: what the run needs, the prompt's tokens + --max-tokens, at most the model's max_position_embeddings or sliding window)"},
+		KVCacheFlag(),
 		&cli.BoolFlag{Name: "no-bos", Usage: "do not add the BOS token even if the tokenizer config asks for it"},
 		&cli.BoolFlag{Name: "verify", Usage: "check every tensor checksum before running (without it, a .sinf file is checked on its first open only: the files that passed are remembered by identity in $SINF_VERIFY_CACHE, else ~/.cache/sinf/verified)"},
 		&cli.BoolFlag{Name: "no-mmap", Usage: "read the .sinf file into memory instead of mapping it (for network or FUSE filesystems, or a file that may change while running)"},
@@ -277,6 +278,9 @@ func Action(open Opener) cli.ActionFunc {
 		}
 		defer l.Close()
 		if err := CheckContext(c, l.Model); err != nil {
+			return err
+		}
+		if err := SetKVCache(c, l.Model); err != nil {
 			return err
 		}
 		sp, err := Sparsity(c, l.Model)
@@ -526,6 +530,30 @@ func gateFirstPhi(m *runtime.Model, gamma, phi float64) float64 {
 // ContextZero says what --context 0 means in eval and study (run and
 // sinf-run size the KV cache for the run: RunContext).
 const ContextZero = "0: the model's max_position_embeddings, at most 4096"
+
+// KVCacheFlag is --kv-cache, read by SetKVCache; sinf-run, serve, chat and
+// sinf bench share it.
+func KVCacheFlag() cli.Flag {
+	return &cli.StringFlag{Name: "kv-cache", Value: "f32", Usage: "KV cache element type on the CPU: f32, or f16 (half the cache's memory and the bytes attention reads a token, at F16's precision, as llama.cpp's default)"}
+}
+
+// SetKVCache sets m's KV cache dtype from --kv-cache (runtime.Model.KVCache)
+// for the sessions made after it; an unknown name, or f16 on a device other
+// than the CPU (whose backend keeps its own cache), is an error.
+func SetKVCache(c *cli.Context, m *runtime.Model) error {
+	switch v := c.String("kv-cache"); v {
+	case "f32", "":
+		m.KVCache = format.F32
+	case "f16":
+		if d := c.String("device"); d != "" && d != "cpu" {
+			return fmt.Errorf("--kv-cache f16: the CPU's; --device %s keeps its own cache", d)
+		}
+		m.KVCache = format.F16
+	default:
+		return fmt.Errorf("--kv-cache %q: want f32 or f16", v)
+	}
+	return nil
+}
 
 // CheckContext refuses a --context above the model's max_position_embeddings
 // (positions the model was not trained for; the session would otherwise

@@ -133,6 +133,16 @@ func TestJSONReport(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
 	require.Equal(t, []int{269, 269}, r.ComputedNeurons)
+	// An F16 KV cache generates the float32 cache's greedy ids here
+	// (runtime's TestKVCacheF16 bounds the logits).
+	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "8", "--json", "--threads", "2", "--kv-cache", "f16")
+	require.NoError(t, err)
+	var r16 runcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r16))
+	out, _, err = run("--model", file, "--prompt", "Once upon a time", "--max-tokens", "8", "--json", "--threads", "2")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, r.IDs, r16.IDs)
 }
 
 // TestBadInput: each bad run is a clear error, not a panic.
@@ -168,6 +178,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--top-p", "0"}, "--top-p"},
 		{[]string{"--temperature", "-1"}, "--temperature"},
 		{[]string{"--threads", "-3"}, "--threads"},
+		{[]string{"--kv-cache", "q8_0"}, `--kv-cache "q8_0": want f32 or f16`},
+		{[]string{"--kv-cache", "f16", "--device", "cuda"}, "--kv-cache f16: the CPU's; --device cuda keeps its own cache"},
 		{[]string{"--min-p", "2"}, "--min-p 2: want a fraction in [0, 1]"},
 		{[]string{"--repeat-last-n", "-5"}, "--repeat-last-n -5"},
 		{[]string{"--frequency-penalty", "3"}, "--frequency-penalty 3"},

@@ -415,3 +415,30 @@ func TestContextEnd(t *testing.T) {
 	require.Equal(t, 2, c.Usage.CompletionTokens, "the server")
 	require.Equal(t, "length", *c.Choices[0].FinishReason)
 }
+
+// TestServeKVCacheF16: `sinf-run serve --kv-cache f16 --parallel 2 --batch`
+// serves a greedy completion whose text is the float32 cache's here
+// (runtime's TestKVCacheF16 bounds the logits).
+func TestServeKVCacheF16(t *testing.T) {
+	file, _ := files(t)
+	texts := map[string]string{}
+	for _, kv := range []string{"f32", "f16"} {
+		addr := startServe(t, file, "--kv-cache", kv, "--parallel", "2", "--batch")
+		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":8,"temperature":0}`))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode, string(b))
+		var r struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		require.NoError(t, json.Unmarshal(b, &r))
+		require.Len(t, r.Choices, 1)
+		texts[kv] = r.Choices[0].Text
+	}
+	require.NotEmpty(t, texts["f32"])
+	require.Equal(t, texts["f32"], texts["f16"])
+}

@@ -28,6 +28,7 @@ func ModelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "a .sinf file", Required: true},
 		&cli.StringFlag{Name: "chat-template", Usage: "a file holding a Jinja chat template, in place of the model's (tokenizer_config.json chat_template)"},
 		&cli.IntFlag{Name: "context", Usage: "KV cache positions per slot (0: the model's max_position_embeddings)"},
+		runcmd.KVCacheFlag(),
 		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "kernel threads (0: the physical cores this process may use; with --parallel N and without --batch, per slot, and by default divided among them)"},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a build with -tags cuda: make cuda)"},
 		&cli.BoolFlag{Name: "mapped", Usage: "cuda: run on the registered mapped file even on a discrete GPU"},
@@ -106,6 +107,10 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 		return nil, err
 	}
 	if err := runcmd.CheckContext(c, l.Model); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := runcmd.SetKVCache(c, l.Model); err != nil {
 		l.Close()
 		return nil, err
 	}

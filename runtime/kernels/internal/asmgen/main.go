@@ -635,7 +635,7 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.i("ANDQ $-%d, DX", 4*x.vw)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	short := x.r == "Z" && d.name == "F32"
+	short := x.r == "Z" && (d.name == "F32" || d.name == "F16")
 	if short {
 		g.i("TESTQ R12, R12")
 		g.i("JNE long")
@@ -656,19 +656,20 @@ func (x x86) dotRows(g *gen, d dtype) {
 	x86RowEnd(g)
 	if short {
 		for k := 2; k <= 8; k += 2 {
-			dotRowsShort(g, k)
+			dotRowsShort(g, d, k)
 		}
 	}
 }
 
-// dotRowsShort is dotRowsF32AVX512's path for contiguous rows of 16·k
-// elements (k ≤ 8: attention's keys, a head's HeadDim floats a row), four
-// rows at a time with x in Z24..Z31: each row's four accumulators get
+// dotRowsShort is dotRows' AVX-512 path for contiguous float32 or F16 rows
+// of 16·k elements (k ≤ 8: attention's keys, a head's HeadDim values a
+// row), four rows at a time with x in Z24..Z31 (F16 rows converted into
+// Z16..Z23 in turn): each row's four accumulators get
 // dotRow's products in dotRow's order, and the four rows' horizontal sums
 // are dotRow's (lo + hi halves, then quarters, then VHADDPS' pairs) done
 // with shuffles for all four at once, so every sum is dotRow's bit for bit.
 // Rows left over (m mod 4) go to the one-row loop (long:).
-func dotRowsShort(g *gen, k int) {
+func dotRowsShort(g *gen, d dtype, k int) {
 	g.p("short%d:", k)
 	for j := 0; j < k; j++ {
 		g.i("VMOVUPS %d(SI), Z%d", 64*j, 24+j)
@@ -679,7 +680,7 @@ func dotRowsShort(g *gen, k int) {
 	g.i("LEAQ (R8)(R9*2), R14")
 	g.i("LEAQ (R13)(R9*2), R15")
 	for _, r := range rows {
-		for off := 0; off < 64*k; off += 64 {
+		for off := 0; off < d.size*16*k; off += 64 {
 			g.i("PREFETCHT0 %d(%s)(R10*1)", off, r)
 		}
 	}
@@ -688,10 +689,18 @@ func dotRowsShort(g *gen, k int) {
 	}
 	// dotRow: chunks of four vectors into accumulators 0..3, then a tail
 	// of two into 0 and 1
+	x := x86{name: "AVX512", vw: 16, r: "Z"}
 	for j := 0; j < k; j++ {
 		acc := j % 4
 		for ri, r := range rows {
-			g.i("VFMADD231PS %d(%s), Z%d, Z%d", 64*j, r, 24+j, 4*ri+acc)
+			mem := fmt.Sprintf("%d(%s)", d.size*16*j, r)
+			if d.name == "F32" {
+				g.i("VFMADD231PS %s, Z%d, Z%d", mem, 24+j, 4*ri+acc)
+				continue
+			}
+			t := fmt.Sprintf("Z%d", 16+(4*j+ri)%8)
+			x.loadW(g, d, mem, t)
+			g.i("VFMADD231PS %s, Z%d, Z%d", t, 24+j, 4*ri+acc)
 		}
 	}
 	for ri := range rows {
@@ -884,9 +893,9 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.i("JEQ done")
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	// Short contiguous float32 rows (attention's values, a head's HeadDim
-	// floats a row) keep dst in registers: short<K>.
-	short := d.name == "F32"
+	// Short contiguous float32 or F16 rows (attention's values, a head's
+	// HeadDim values a row) keep dst in registers: short<K>.
+	short := d.name == "F32" || d.name == "F16"
 	if short {
 		g.i("TESTQ R12, R12")
 		g.i("JNE long")
@@ -928,16 +937,17 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.i("VZEROUPPER")
 	g.i("RET")
 	for k := 2; short && k <= 8; k += 2 {
-		x.axpyRowsShort(g, k)
+		x.axpyRowsShort(g, d, k)
 	}
 	g.p("")
 }
 
-// axpyRowsShort is axpyRowsF32's path for k·vw contiguous elements (k ≤ 8):
-// dst in registers 0..k−1 across the rows, the row pf bytes on prefetched.
-// Each element gets the same fused a·w + dst per row, in the same order, as
-// the one-row loop: its sums bit for bit.
-func (x x86) axpyRowsShort(g *gen, k int) {
+// axpyRowsShort is axpyRows' path for k·vw contiguous elements (k ≤ 8):
+// dst in registers 0..k−1 across the rows, F16 weights converted into 8..11
+// in turn, the row pf bytes on prefetched. Each element gets the same fused
+// a·w + dst per row, in the same order, as the one-row loop: its sums bit
+// for bit.
+func (x x86) axpyRowsShort(g *gen, d dtype, k int) {
 	g.p("short%d:", k)
 	for i := 0; i < k; i++ {
 		g.i("VMOVUPS %d(DI), %s", 4*x.vw*i, x.v(i))
@@ -952,11 +962,18 @@ func (x x86) axpyRowsShort(g *gen, k int) {
 	g.i("JMP sskip%d", k)
 	g.p("snz%d:", k)
 	g.i("VBROADCASTSS X15, %s", x.v(15))
-	for off := 0; off < 4*k*x.vw; off += 64 {
+	for off := 0; off < d.size*k*x.vw; off += 64 {
 		g.i("PREFETCHT0 %d(R11)", off)
 	}
 	for i := 0; i < k; i++ {
-		g.i("VFMADD231PS %d(R8), %s, %s", 4*x.vw*i, x.v(15), x.v(i))
+		mem := fmt.Sprintf("%d(R8)", d.size*x.vw*i)
+		if d.name == "F32" {
+			g.i("VFMADD231PS %s, %s, %s", mem, x.v(15), x.v(i))
+			continue
+		}
+		t := x.v(8 + i%4)
+		x.loadW(g, d, mem, t)
+		g.i("VFMADD231PS %s, %s, %s", t, x.v(15), x.v(i))
 	}
 	g.p("sskip%d:", k)
 	g.i("ADDQ R9, R8")
