@@ -50,15 +50,19 @@ func (c Cache) DType() format.DType {
 }
 
 // Put stores row at values [off, off+len(row)), rounded to the nearest F16
-// (ties to even, format.F32ToF16) in an F16 cache.
+// (ties to even, format.F32ToF16's value) in an F16 cache.
 func (c Cache) Put(off int, row []float32) {
 	if c.F16 == nil {
 		copy(c.F32[off:off+len(row)], row)
 		return
 	}
 	dst := c.F16[off : off+len(row)]
-	for i, v := range row {
-		dst[i] = format.F32ToF16(v)
+	n := len(row) &^ 7
+	if n > 0 {
+		active.toF16(&dst[0], &row[0], n)
+	}
+	for i := n; i < len(row); i++ {
+		dst[i] = format.F32ToF16(row[i])
 	}
 }
 

@@ -486,3 +486,6 @@ func expSumAVX2(x *float32, n int, m float32) float32
 
 //go:noescape
 func sketchAVX2(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)
+
+//go:noescape
+func toF16AVX2(dst *uint16, x *float32, n int)

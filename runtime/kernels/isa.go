@@ -66,6 +66,10 @@ type kernelSet struct {
 	// expSum sets x[i] = e^(x[i]−m) for i < n, n a multiple of 16, and
 	// returns their sum.
 	expSum func(x *float32, n int, m float32) float32
+	// toF16 sets dst[i] to x[i] rounded to the nearest F16, ties to even
+	// (format.F32ToF16's value; any NaN stays a NaN), for i < n, n a
+	// multiple of 8 (Cache.Put).
+	toF16 func(dst *uint16, x *float32, n int)
 	// readSum returns a checksum of the n bytes at p (n a multiple of 128).
 	readSum func(p unsafe.Pointer, n int) uint64
 	// sketch sets dst[r] = 2·Σ_b d_w·Σ_lanes (d_x·v − t[b]) for r < rows, the
@@ -216,6 +220,7 @@ var genericSet = &kernelSet{
 	readSum:   readSumGo,
 	swiglu:    swigluGo,
 	expSum:    expSumGo,
+	toF16:     toF16Go,
 	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0Go, qdotRowsQ4_0Go},
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},
 	quantizeX: quantizeXGo,
@@ -526,4 +531,11 @@ func readSumGo(p unsafe.Pointer, n int) uint64 {
 		s3 += b[i+3]
 	}
 	return s0 + s1 + s2 + s3
+}
+
+func toF16Go(dst *uint16, x *float32, n int) {
+	d, v := unsafe.Slice(dst, n), xs(x, n)
+	for i, f := range v {
+		d[i] = format.F32ToF16(f)
+	}
 }

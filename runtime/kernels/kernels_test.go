@@ -338,6 +338,25 @@ func TestRawKernels(t *testing.T) {
 			}
 			checkClose(t, sum, s9, s9, 1e-6, "expSum sum with −Inf")
 		}
+		// toF16 is format.F32ToF16 bit for bit: normal, subnormal and
+		// out-of-range values, halfway cases, ±0, ±Inf; NaN stays NaN.
+		{
+			vals := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 65504, 65520, 65519.99, 1e6, -1e6,
+				float32(math.Inf(1)), float32(math.Inf(-1)), 6e-8, 3e-8, 2.9802322e-08, 5.9604645e-08, 1e-5, -1e-5,
+				1.00048828125, 1.00146484375, 2049, 2051, 0.1, -0.3}
+			for len(vals)%8 != 0 || len(vals) < 800 {
+				e := rng.IntN(40) - 28
+				vals = append(vals, float32(rng.NormFloat64()*math.Ldexp(1, e)))
+			}
+			got := make([]uint16, len(vals))
+			ks.toF16(&got[0], &vals[0], len(vals))
+			for i, v := range vals {
+				require.Equal(t, format.F32ToF16(v), got[i], "toF16(%g)", v)
+			}
+			nan := []float32{float32(math.NaN()), 0, 0, 0, 0, 0, 0, 0}
+			ks.toF16(&got[0], &nan[0], 8)
+			require.True(t, math.IsNaN(float64(format.F16ToF32(got[0]))), "toF16(NaN) = %#x", got[0])
+		}
 		// NaN stays NaN through exp; dotRows over n = 0 sets zeros.
 		{
 			x := make([]float32, 16)

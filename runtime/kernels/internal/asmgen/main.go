@@ -226,6 +226,31 @@ func amd64(g *gen) {
 	swigluAVX2(g)
 	expSumAVX2(g)
 	sketchAVX2(g)
+	toF16AVX2(g)
+}
+
+// toF16AVX2: dst[i] = x[i] rounded to the nearest F16 (ties to even:
+// VCVTPS2PH's mode 0) for i < n, n a multiple of 8 (kernels.Cache.Put).
+func toF16AVX2(g *gen) {
+	x := x86{name: "AVX2", vw: 8, r: "Y"}
+	x.text(g, "toF16AVX2", 24, "(dst *uint16, x *float32, n int)")
+	g.i("MOVQ dst+0(FP), DI")
+	g.i("MOVQ x+8(FP), SI")
+	g.i("MOVQ n+16(FP), CX")
+	g.i("XORQ AX, AX")
+	g.i("TESTQ CX, CX")
+	g.i("JEQ done")
+	g.p("loop:")
+	g.i("VMOVUPS (SI)(AX*4), Y0")
+	g.i("VCVTPS2PH $0, Y0, X1")
+	g.i("VMOVDQU X1, (DI)(AX*2)")
+	g.i("ADDQ $8, AX")
+	g.i("CMPQ AX, CX")
+	g.i("JB loop")
+	g.p("done:")
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
 }
 
 // sketchAVX2 is the SK2 sketch product (format spec §5.2) over x as
