@@ -662,18 +662,7 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.i("JEQ done")
 	short := x.r == "Z" && (d.name == "F32" || d.name == "F16")
 	if short {
-		g.i("TESTQ R12, R12")
-		g.i("JNE long")
-		g.i("CMPQ BX, $4")
-		g.i("JB long")
-		g.i("CMPQ CX, $%d", 8*x.vw)
-		g.i("JA long")
-		for k := 2; k < 8; k += 2 {
-			g.i("CMPQ CX, $%d", k*x.vw)
-			g.i("JEQ short%d", k)
-		}
-		g.i("JMP short8")
-		g.p("long:")
+		x.shortRows(g, 4)
 	}
 	x86RowStart(g, "pf+56(FP)")
 	x.dotRow(g, d, true)
@@ -684,6 +673,27 @@ func (x x86) dotRows(g *gen, d dtype) {
 			dotRowsShort(g, d, k)
 		}
 	}
+}
+
+// shortRows sends a row kernel (R12 idx, BX rows, CX elements a row) to
+// short<k> when its rows are contiguous, at least minRows of them, and k·vw
+// elements long (k = 2, 4, 6, 8); otherwise on to the label long:, which it
+// emits.
+func (x x86) shortRows(g *gen, minRows int) {
+	g.i("TESTQ R12, R12")
+	g.i("JNE long")
+	if minRows > 1 {
+		g.i("CMPQ BX, $%d", minRows)
+		g.i("JB long")
+	}
+	g.i("CMPQ CX, $%d", 8*x.vw)
+	g.i("JA long")
+	for k := 2; k < 8; k += 2 {
+		g.i("CMPQ CX, $%d", k*x.vw)
+		g.i("JEQ short%d", k)
+	}
+	g.i("JMP short8")
+	g.p("long:")
 }
 
 // dotRowsShort is dotRows' AVX-512 path for contiguous float32 or F16 rows
@@ -922,24 +932,10 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	// HeadDim values a row) keep dst in registers: short<K>.
 	short := d.name == "F32" || d.name == "F16"
 	if short {
-		g.i("TESTQ R12, R12")
-		g.i("JNE long")
-		g.i("CMPQ CX, $%d", 8*x.vw)
-		g.i("JA long")
-		for k := 2; k < 8; k += 2 {
-			g.i("CMPQ CX, $%d", k*x.vw)
-			g.i("JEQ short%d", k)
-		}
-		g.i("JMP short8")
-		g.p("long:")
+		x.shortRows(g, 1)
 	}
 	x86RowStart(g, "pf+56(FP)")
-	g.i("VMOVSS (SI), X15")
-	g.i("ADDQ $4, SI")
-	g.i("VUCOMISS X14, X15")
-	g.i("JNE nonzero")
-	g.i("JPS nonzero") // unordered (NaN): add it
-	g.i("JMP skip")
+	nextCoef(g, "nonzero", "skip")
 	g.p("nonzero:")
 	g.i("VBROADCASTSS X15, %s", x.v(15))
 	g.i("XORQ AX, AX")
@@ -967,6 +963,18 @@ func (x x86) axpyRows(g *gen, d dtype) {
 	g.p("")
 }
 
+// nextCoef loads axpyRows' next coefficient (SI, advanced) into X15 and
+// jumps to skip when it is zero (X14 holds 0), to nonzero otherwise (NaN
+// included: it is added).
+func nextCoef(g *gen, nonzero, skip string) {
+	g.i("VMOVSS (SI), X15")
+	g.i("ADDQ $4, SI")
+	g.i("VUCOMISS X14, X15")
+	g.i("JNE %s", nonzero)
+	g.i("JPS %s", nonzero) // unordered (NaN): add it
+	g.i("JMP %s", skip)
+}
+
 // axpyRowsShort is axpyRows' path for k·vw contiguous elements (k ≤ 8):
 // dst in registers 0..k−1 across the rows, F16 weights converted into 8..11
 // in turn, the row pf bytes on prefetched. Each element gets the same fused
@@ -979,12 +987,7 @@ func (x x86) axpyRowsShort(g *gen, d dtype, k int) {
 	}
 	g.i("LEAQ (R8)(R10*1), R11")
 	g.p("srow%d:", k)
-	g.i("VMOVSS (SI), X15")
-	g.i("ADDQ $4, SI")
-	g.i("VUCOMISS X14, X15")
-	g.i("JNE snz%d", k)
-	g.i("JPS snz%d", k) // unordered (NaN): add it
-	g.i("JMP sskip%d", k)
+	nextCoef(g, fmt.Sprintf("snz%d", k), fmt.Sprintf("sskip%d", k))
 	g.p("snz%d:", k)
 	g.i("VBROADCASTSS X15, %s", x.v(15))
 	for off := 0; off < d.size*k*x.vw; off += 64 {
