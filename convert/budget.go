@@ -44,7 +44,7 @@ func ParseBytes(s string) (int64, error) {
 type Plan struct {
 	Gamma        float64
 	FileBytes    int64 // the .sinf file, all of it mapped
-	KVBytes      int64 // KV cache: 2 · layers · context · kv_heads · head_dim · 4
+	KVBytes      int64 // KV cache: 2 · layers · context · kv_heads · head_dim · 4 (F32) or 2 (F16)
 	RuntimeBytes int64 // the rest of the peak: buffers, the tokenizer on the heap, the process
 	Memory       runtime.Memory
 }
@@ -56,7 +56,8 @@ func (p Plan) Total() int64 { return p.FileBytes + p.KVBytes + p.RuntimeBytes }
 // at γ: non-FFN tensors whole, sliced layers kept·3·hidden·s bytes plus their
 // index maps, others 3·hidden·N·s (paper Eq. 2); and the peak memory of
 // running it (runtime.EstimateMemory) with a KV cache of context positions
-// filled by one prompt (the worst case) on this machine's default threads.
+// (opt.KVCache's type) filled by one prompt (the worst case) on this
+// machine's default threads.
 func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan, error) {
 	cfg := ck.Config
 	lo, hi, err := ResolveRange(opt.FirstLayer, opt.LastLayer, cfg.Layers, opt.ExplicitRange)
@@ -112,7 +113,7 @@ func Estimate(ck *hf.Checkpoint, opt Options, gamma float64, context int) (Plan,
 		file += kept*int64(2*rowGU+rowD) + kept*4 + 64
 	}
 	ctx := min(context, cfg.MaxPositions)
-	mem := runtime.EstimateMemory(cfg, file, embeddedBytes(ck, "tokenizer.json"), ctx, ctx, kernels.DefaultThreads())
+	mem := runtime.EstimateMemory(cfg, file, embeddedBytes(ck, "tokenizer.json"), ctx, ctx, kernels.DefaultThreads()).WithKVCache(cfg, opt.KVCache)
 	return Plan{Gamma: gamma, FileBytes: file, KVBytes: mem.KV, RuntimeBytes: mem.Total() - file - mem.KV, Memory: mem}, nil
 }
 

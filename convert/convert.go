@@ -63,7 +63,10 @@ type Options struct {
 	// reads whole) with their rows interleaved by sixteen (Q8_0X16,
 	// Q4_0X16; spec §5.4), the layout of the CPU's AVX512-VNNI kernels.
 	Interleave bool
-	Progress   io.Writer // progress bar destination; nil: none
+	// KVCache is the KV cache type the memory estimate assumes (Estimate,
+	// ChooseGamma: sinf-run's --kv-cache): format.F32 (also 0) or F16.
+	KVCache  format.DType
+	Progress io.Writer // progress bar destination; nil: none
 }
 
 // Reconstruct configures Options.Reconstruct.

@@ -402,6 +402,15 @@ func TestChooseGamma(t *testing.T) {
 	require.InEpsilon(t, float64(plan.FileBytes), float64(rep.Bytes), 0.01)
 	_, err = convert.ChooseGamma(ck, opt, 1<<20, 512)
 	require.ErrorContains(t, err, "too small")
+	// An F16 KV cache (sinf-run --kv-cache f16) is half the float32 one's
+	// bytes, and the rest of the estimate is the same.
+	h := opt
+	h.KVCache = format.F16
+	p16, err := convert.Estimate(ck, h, 0.7, 512)
+	require.NoError(t, err)
+	require.Equal(t, p7.KVBytes/2, p16.KVBytes)
+	require.Equal(t, p7.FileBytes, p16.FileBytes)
+	require.Equal(t, p7.RuntimeBytes, p16.RuntimeBytes)
 }
 
 // requireClose asserts |got − want| ≤ 1e-5·max(1, |want|): logits agree to

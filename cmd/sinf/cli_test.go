@@ -206,6 +206,16 @@ func TestBenchJSON(t *testing.T) {
 	require.Equal(t, []string{"Q4_0", "Q8_0"}, []string{rq.DType, rq.LMHeadDType})
 	require.Equal(t, int64(2*3*384*128*18/32), rq.FFNBytes)
 	require.Equal(t, int64(2048*128*34/32), rq.LMHeadBytes)
+	require.Equal(t, "f32", rq.KVCache)
+	// --kv-cache f16: reported, and the memory model's cache is half the
+	// float32 one's: 2 layers × keys and values × 9 positions × 4 kv
+	// heads × 16 head_dim × 2 bytes.
+	out, err = run(t, "bench", "--model", q4, "--mode", "dense", "--prompt-tokens", "4", "--gen-tokens", "4", "--repeat", "1",
+		"--warmup", "0", "--bandwidth-mib", "0", "--json", "--kv-cache", "f16")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &rq))
+	require.Equal(t, "f16", rq.KVCache)
+	require.Equal(t, int64(2*2*9*4*16*2), rq.MemoryModel.KV)
 
 	// A buffer too large to allocate is refused before the model is read.
 	_, err = run(t, "bench", "--model", "no-such-model", "--bandwidth-mib", "65537")
@@ -344,6 +354,8 @@ func TestFlagValidation(t *testing.T) {
 		{append(conv, "--random", "--weight-aware"), "--weight-aware weighs the scores and --random reads none: drop one"},
 		{append(conv, "--random", "--gamma", "0.5", "--memory-budget", "1MiB"), "--memory-budget chooses gamma: give --gamma or --memory-budget, not both"},
 		{append(conv, "--random", "--context", "512"), "--context is the context --memory-budget sizes the KV cache for: add --memory-budget or drop --context"},
+		{append(conv, "--random", "--kv-cache", "f16"), "--kv-cache is the KV cache type --memory-budget assumes: add --memory-budget or drop --kv-cache"},
+		{append(conv, "--random", "--memory-budget", "1GiB", "--kv-cache", "q8"), `--kv-cache "q8": want f32 or f16`},
 		{append(conv, "--random", "--memory-budget", "1MiB", "--context", "0"), "--context 0: want ≥ 1, the KV cache positions the budget holds"},
 	} {
 		_, err := run(t, c.args...)

@@ -24,7 +24,7 @@ func convertCommand() *cli.Command {
 		UsageText: "sinf convert --model DIR --task-scores FILE --model-scores FILE [--gamma 0.7] [--delta 0.3]\n" +
 			"   [--first-layer 5] [--last-layer -2] [--dtype f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q4_k|q5_k|q6_k [--head-dtype D] [--embed-dtype D] [--interleave]]\n" +
 			"   [--random [--seed S]] [--reconstruct none|bias|refit|both [--reconstruct-data tinystories] [--reconstruct-limit N]]\n" +
-			"   [--predictor none|sketch] [--memory-budget 6.5GiB [--context 2048]] --out FILE.sinf",
+			"   [--predictor none|sketch] [--memory-budget 6.5GiB [--context 2048] [--kv-cache f16]] --out FILE.sinf",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "HF checkpoint folder"},
 			strictFlag(),
@@ -54,6 +54,7 @@ func convertCommand() *cli.Command {
 			dataDirFlag(),
 			&cli.StringFlag{Name: "memory-budget", Usage: "choose the largest gamma whose file + KV cache + runtime fit, e.g. 6.5GiB"},
 			&cli.IntFlag{Name: "context", Value: 2048, Usage: "context length assumed by --memory-budget"},
+			&cli.StringFlag{Name: "kv-cache", Value: "f32", Usage: "KV cache type assumed by --memory-budget: f32, or f16 (sinf-run --kv-cache f16: half the cache)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output .sinf file"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		},
@@ -146,6 +147,14 @@ func convertCommand() *cli.Command {
 				if err != nil {
 					return fmt.Errorf("--memory-budget: %w", err)
 				}
+				switch c.String("kv-cache") {
+				case "f32":
+					opt.KVCache = format.F32
+				case "f16":
+					opt.KVCache = format.F16
+				default:
+					return fmt.Errorf("--kv-cache %q: want f32 or f16", c.String("kv-cache"))
+				}
 				plan, err := convert.ChooseGamma(ck, opt, budget, c.Int("context"))
 				if err != nil {
 					return err
@@ -208,6 +217,8 @@ func checkConvertFlags(c *cli.Context) error {
 		return errors.New("--memory-budget chooses gamma: give --gamma or --memory-budget, not both")
 	case c.IsSet("context") && !c.IsSet("memory-budget"):
 		return errors.New("--context is the context --memory-budget sizes the KV cache for: add --memory-budget or drop --context")
+	case c.IsSet("kv-cache") && !c.IsSet("memory-budget"):
+		return errors.New("--kv-cache is the KV cache type --memory-budget assumes: add --memory-budget or drop --kv-cache")
 	case c.Int("context") < 1:
 		return fmt.Errorf("--context %d: want ≥ 1, the KV cache positions the budget holds", c.Int("context"))
 	}
