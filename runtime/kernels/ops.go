@@ -299,6 +299,17 @@ func (j *job) colAlign() int {
 	if j.op == opSketch {
 		return 1
 	}
+	if j.op == opAttention && j.attn.KVHeads > 0 {
+		// Chunks of whole GQA groups: one thread reads a group's key and
+		// value rows and its other heads find them in cache. Only with four
+		// groups or more, where rounding chunks up keeps the threads even
+		// (9 heads of 3 groups on 2 threads: 6 + 3 was slower than 5 + 4).
+		g := j.attn.Heads / j.attn.KVHeads
+		if max(j.attn.T, len(j.pos))*j.attn.Heads >= 4*g {
+			return g
+		}
+		return 1
+	}
 	if j.w.DType.Interleaved() {
 		return xrows // whole groups (MatVec, MatMul's rows)
 	}
