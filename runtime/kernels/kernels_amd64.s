@@ -286,6 +286,8 @@ TEXT ·axpyRowsF32AVX2(SB), NOSPLIT, $0-64
 	JEQ done
 	TESTQ R12, R12
 	JNE long
+	TESTQ CX, CX
+	JEQ long
 	CMPQ CX, $64
 	JA long
 	CMPQ CX, $16
@@ -1403,6 +1405,8 @@ TEXT ·axpyRowsF16AVX2(SB), NOSPLIT, $0-64
 	JEQ done
 	TESTQ R12, R12
 	JNE long
+	TESTQ CX, CX
+	JEQ long
 	CMPQ CX, $64
 	JA long
 	CMPQ CX, $16
@@ -10808,6 +10812,8 @@ TEXT ·dotRowsF32AVX512(SB), NOSPLIT, $0-64
 	JEQ done
 	TESTQ R12, R12
 	JNE long
+	TESTQ CX, CX
+	JEQ long
 	CMPQ BX, $4
 	JB long
 	CMPQ CX, $128
@@ -11409,6 +11415,8 @@ TEXT ·axpyRowsF32AVX512(SB), NOSPLIT, $0-64
 	JEQ done
 	TESTQ R12, R12
 	JNE long
+	TESTQ CX, CX
+	JEQ long
 	CMPQ CX, $128
 	JA long
 	CMPQ CX, $32
@@ -12351,6 +12359,8 @@ TEXT ·dotRowsF16AVX512(SB), NOSPLIT, $0-64
 	JEQ done
 	TESTQ R12, R12
 	JNE long
+	TESTQ CX, CX
+	JEQ long
 	CMPQ BX, $4
 	JB long
 	CMPQ CX, $128
@@ -12985,6 +12995,8 @@ TEXT ·axpyRowsF16AVX512(SB), NOSPLIT, $0-64
 	JEQ done
 	TESTQ R12, R12
 	JNE long
+	TESTQ CX, CX
+	JEQ long
 	CMPQ CX, $128
 	JA long
 	CMPQ CX, $32

@@ -363,10 +363,10 @@ func TestRawKernels(t *testing.T) {
 			x[3] = float32(math.NaN())
 			sum := ks.expSum(&x[0], 16, 0)
 			require.True(t, math.IsNaN(float64(x[3])) && math.IsNaN(float64(sum)), "expSum(NaN) = %v, sum %v", x[3], sum)
-			dst := []float32{42, 42, 42}
-			w := make([]float32, 3)
-			ks.dotRows[0](unsafe.Pointer(&w[0]), 4, nil, &x[0], 0, 3, &dst[0], 0)
-			require.Equal(t, []float32{0, 0, 0}, dst, "dotRows over n = 0")
+			dst := []float32{42, 42, 42, 42, 42}
+			w := make([]float32, 5)
+			ks.dotRows[0](unsafe.Pointer(&w[0]), 4, nil, &x[0], 0, 5, &dst[0], 0)
+			require.Equal(t, []float32{0, 0, 0, 0, 0}, dst, "dotRows over n = 0")
 		}
 		// readSum over 128-byte multiples.
 		buf := make([]uint64, 16*33)

@@ -677,11 +677,13 @@ func (x x86) dotRows(g *gen, d dtype) {
 
 // shortRows sends a row kernel (R12 idx, BX rows, CX elements a row) to
 // short<k> when its rows are contiguous, at least minRows of them, and k·vw
-// elements long (k = 2, 4, 6, 8); otherwise on to the label long:, which it
-// emits.
+// elements long (k = 2, 4, 6, 8); otherwise (no elements included) on to
+// the label long:, which it emits.
 func (x x86) shortRows(g *gen, minRows int) {
 	g.i("TESTQ R12, R12")
 	g.i("JNE long")
+	g.i("TESTQ CX, CX") // no elements: the one-row loop's zeros
+	g.i("JEQ long")
 	if minRows > 1 {
 		g.i("CMPQ BX, $%d", minRows)
 		g.i("JB long")
