@@ -660,9 +660,9 @@ func (x x86) dotRows(g *gen, d dtype) {
 	g.i("ANDQ $-%d, DX", 4*x.vw)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
-	short := x.r == "Z" && (d.name == "F32" || d.name == "F16")
+	short := d.name == "F32" || d.name == "F16"
 	if short {
-		x.shortRows(g, 4)
+		x.shortRows(g, map[string]int{"Z": 4, "Y": 2}[x.r])
 	}
 	x86RowStart(g, "pf+56(FP)")
 	x.dotRow(g, d, true)
@@ -670,9 +670,63 @@ func (x x86) dotRows(g *gen, d dtype) {
 	x86RowEnd(g)
 	if short {
 		for k := 2; k <= 8; k += 2 {
-			dotRowsShort(g, d, k)
+			if x.r == "Z" {
+				dotRowsShort(g, d, k)
+			} else {
+				dotRowsShortYMM(g, d, k)
+			}
 		}
 	}
+}
+
+// dotRowsShortYMM is dotRowsShort for AVX2: rows of 8·k elements (k ≤ 8),
+// two at a time (sixteen registers: four accumulators a row, weights
+// converted into Y8..Y11 in turn, x read from memory), each row's products
+// and horizontal sum dotRow's, so every sum is its bit for bit.
+func dotRowsShortYMM(g *gen, d dtype, k int) {
+	x := x86{name: "AVX2", vw: 8, r: "Y"}
+	rows := []string{"R8", "R13"}
+	g.p("short%d:", k)
+	g.p("sgrp%d:", k)
+	g.i("LEAQ (R8)(R9*1), R13")
+	for _, r := range rows {
+		for off := 0; off < d.size*8*k; off += 64 {
+			g.i("PREFETCHT0 %d(%s)(R10*1)", off, r)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		x.zero(g, i)
+	}
+	for j := 0; j < k; j++ {
+		for ri, r := range rows {
+			t := 8 + (2*j+ri)%4
+			x.loadW(g, d, fmt.Sprintf("%d(%s)", d.size*8*j, r), x.v(t))
+			g.i("VFMADD231PS %d(SI), Y%d, Y%d", 32*j, t, 4*ri+j%4)
+		}
+	}
+	for ri := range rows {
+		a := 4 * ri
+		g.i("VADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
+		g.i("VADDPS Y%d, Y%d, Y%d", a+1, a, a)
+		g.i("VADDPS Y%d, Y%d, Y%d", a+2, a, a)
+	}
+	// [A.lo B.lo] + [A.hi B.hi], then VHADDPS twice in each 128-bit lane
+	g.i("VPERM2F128 $0x20, Y4, Y0, Y8")
+	g.i("VPERM2F128 $0x31, Y4, Y0, Y9")
+	g.i("VADDPS Y9, Y8, Y8")
+	g.i("VHADDPS Y8, Y8, Y8")
+	g.i("VHADDPS Y8, Y8, Y8")
+	g.i("VMOVSS X8, (DI)")
+	g.i("VEXTRACTF128 $1, Y8, X9")
+	g.i("VMOVSS X9, 4(DI)")
+	g.i("ADDQ $8, DI")
+	g.i("LEAQ (R8)(R9*2), R8")
+	g.i("SUBQ $2, BX")
+	g.i("CMPQ BX, $2")
+	g.i("JAE sgrp%d", k)
+	g.i("TESTQ BX, BX")
+	g.i("JEQ done")
+	g.i("JMP long")
 }
 
 // shortRows sends a row kernel (R12 idx, BX rows, CX elements a row) to
