@@ -72,7 +72,7 @@ var ErrContextFull = errors.New("context length exceeded")
 // NewSession allocates a session with room for ctx positions computing on
 // pool: ctx ≤ 0 gives min(Config.MaxContext, DefaultContext), and ctx above
 // MaxContext (max_position_embeddings, or a smaller sliding window) is
-// capped at it. A KV cache costs KVCacheBytes(ctx, m.KVCache) =
+// capped at it. A KV cache costs KVCacheBytesOf(c, ctx, m.KVCacheType()) =
 // 2·layers·ctx·kv_heads·head_dim·(4 or 2) bytes, the RoPE tables
 // ctx·head_dim·4.
 func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {

@@ -630,9 +630,7 @@ func (x x86) dotRow(g *gen, d dtype, prefetch bool) {
 	g.i("VFMADD231PS (SI)(AX*4), %s, %s", x.v(4), x.v(0))
 	g.i("VFMADD231PS %d(SI)(AX*4), %s, %s", 4*x.vw, x.v(5), x.v(1))
 	g.p("sum:")
-	g.i("VADDPS %s, %s, %s", x.v(3), x.v(2), x.v(2))
-	g.i("VADDPS %s, %s, %s", x.v(1), x.v(0), x.v(0))
-	g.i("VADDPS %s, %s, %s", x.v(2), x.v(0), x.v(0))
+	x.sumAccs(g, 1)
 	x.toY(g, 0, 1)
 	g.i("VEXTRACTF128 $1, Y0, X1")
 	g.i("VADDPS X1, X0, X0")
@@ -687,13 +685,7 @@ func dotRowsShortYMM(g *gen, d dtype, k int) {
 	x := x86{name: "AVX2", vw: 8, r: "Y"}
 	rows := []string{"R8", "R13"}
 	g.p("short%d:", k)
-	g.p("sgrp%d:", k)
-	g.i("LEAQ (R8)(R9*1), R13")
-	for _, r := range rows {
-		for off := 0; off < d.size*8*k; off += 64 {
-			g.i("PREFETCHT0 %d(%s)(R10*1)", off, r)
-		}
-	}
+	shortGroupStart(g, k, rows, d.size*8*k)
 	for i := 0; i < 8; i++ {
 		x.zero(g, i)
 	}
@@ -704,12 +696,7 @@ func dotRowsShortYMM(g *gen, d dtype, k int) {
 			g.i("VFMADD231PS %d(SI), Y%d, Y%d", 32*j, t, 4*ri+j%4)
 		}
 	}
-	for ri := range rows {
-		a := 4 * ri
-		g.i("VADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
-		g.i("VADDPS Y%d, Y%d, Y%d", a+1, a, a)
-		g.i("VADDPS Y%d, Y%d, Y%d", a+2, a, a)
-	}
+	x.sumAccs(g, len(rows))
 	// [A.lo B.lo] + [A.hi B.hi], then VHADDPS twice in each 128-bit lane
 	g.i("VPERM2F128 $0x20, Y4, Y0, Y8")
 	g.i("VPERM2F128 $0x31, Y4, Y0, Y9")
@@ -719,14 +706,48 @@ func dotRowsShortYMM(g *gen, d dtype, k int) {
 	g.i("VMOVSS X8, (DI)")
 	g.i("VEXTRACTF128 $1, Y8, X9")
 	g.i("VMOVSS X9, 4(DI)")
-	g.i("ADDQ $8, DI")
-	g.i("LEAQ (R8)(R9*2), R8")
-	g.i("SUBQ $2, BX")
-	g.i("CMPQ BX, $2")
+	shortGroupEnd(g, k, len(rows))
+}
+
+// shortGroupStart begins the loop over groups of rows of a dotRows short
+// path (label sgrp<k>): the group's rows at R8, R8 + R9, … in rows (two or
+// four), each prefetched pf (R10) bytes on for rowBytes bytes.
+func shortGroupStart(g *gen, k int, rows []string, rowBytes int) {
+	g.p("sgrp%d:", k)
+	g.i("LEAQ (R8)(R9*1), R13")
+	if len(rows) == 4 {
+		g.i("LEAQ (R8)(R9*2), R14")
+		g.i("LEAQ (R13)(R9*2), R15")
+	}
+	for _, r := range rows {
+		for off := 0; off < rowBytes; off += 64 {
+			g.i("PREFETCHT0 %d(%s)(R10*1)", off, r)
+		}
+	}
+}
+
+// shortGroupEnd ends it: DI and R8 past the group of n rows, on to the next
+// group while n rows are left, the rest (if any) to the one-row loop.
+func shortGroupEnd(g *gen, k, n int) {
+	g.i("ADDQ $%d, DI", 4*n)
+	g.i("LEAQ (R8)(R9*%d), R8", n)
+	g.i("SUBQ $%d, BX", n)
+	g.i("CMPQ BX, $%d", n)
 	g.i("JAE sgrp%d", k)
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
 	g.i("JMP long")
+}
+
+// sumAccs adds each row's four accumulators (registers 4r..4r+3) into its
+// first as dotRow does: (a2 + a3) + (a0 + a1).
+func (x x86) sumAccs(g *gen, rows int) {
+	for ri := 0; ri < rows; ri++ {
+		a := 4 * ri
+		g.i("VADDPS %s, %s, %s", x.v(a+3), x.v(a+2), x.v(a+2))
+		g.i("VADDPS %s, %s, %s", x.v(a+1), x.v(a), x.v(a))
+		g.i("VADDPS %s, %s, %s", x.v(a+2), x.v(a), x.v(a))
+	}
 }
 
 // shortRows sends a row kernel (R12 idx, BX rows, CX elements a row) to
@@ -766,15 +787,7 @@ func dotRowsShort(g *gen, d dtype, k int) {
 		g.i("VMOVUPS %d(SI), Z%d", 64*j, 24+j)
 	}
 	rows := []string{"R8", "R13", "R14", "R15"}
-	g.p("sgrp%d:", k)
-	g.i("LEAQ (R8)(R9*1), R13")
-	g.i("LEAQ (R8)(R9*2), R14")
-	g.i("LEAQ (R13)(R9*2), R15")
-	for _, r := range rows {
-		for off := 0; off < d.size*16*k; off += 64 {
-			g.i("PREFETCHT0 %d(%s)(R10*1)", off, r)
-		}
-	}
+	shortGroupStart(g, k, rows, d.size*16*k)
 	for i := 0; i < 16; i++ {
 		g.i("VPXORD Z%[1]d, Z%[1]d, Z%[1]d", i)
 	}
@@ -794,12 +807,7 @@ func dotRowsShort(g *gen, d dtype, k int) {
 			g.i("VFMADD231PS %s, Z%d, Z%d", t, 24+j, 4*ri+acc)
 		}
 	}
-	for ri := range rows {
-		a := 4 * ri
-		g.i("VADDPS Z%d, Z%d, Z%d", a+3, a+2, a+2)
-		g.i("VADDPS Z%d, Z%d, Z%d", a+1, a, a)
-		g.i("VADDPS Z%d, Z%d, Z%d", a+2, a, a)
-	}
+	x.sumAccs(g, len(rows))
 	// halves: [A.lo A.lo' B.lo B.lo'] + [A.hi A.hi' B.hi B.hi'] (128-bit lanes)
 	g.i("VSHUFF64X2 $0x44, Z4, Z0, Z16")
 	g.i("VSHUFF64X2 $0xee, Z4, Z0, Z17")
@@ -821,14 +829,7 @@ func dotRowsShort(g *gen, d dtype, k int) {
 	g.i("KMOVW AX, K1")
 	g.i("VCOMPRESSPS Z20, K1, Z21")
 	g.i("VMOVUPS X21, (DI)")
-	g.i("ADDQ $16, DI")
-	g.i("LEAQ (R8)(R9*4), R8")
-	g.i("SUBQ $4, BX")
-	g.i("CMPQ BX, $4")
-	g.i("JAE sgrp%d", k)
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	g.i("JMP long")
+	shortGroupEnd(g, k, len(rows))
 }
 
 // x86RowStart emits the label row: and sets R8 to the row to read and R11
