@@ -243,12 +243,11 @@ func qdotRowsQ5KAVX512(g *gen, vnni bool) {
 	k4DotClose(g, bb)
 }
 
-// k4DotOpen emits the declaration and prologue of a Q4_K / Q5_K row dot
-// (qdotRows' arguments; masks sets the kernel's constant registers) and the
-// head of its super-block loop (bb bytes a block): the prefetch, d in Y5,
-// the scales (k4ScalesGPR) and the minimum term added to Y1. Registers as
-// qdotRowsK4AVX2 documents; Y0 and Y1 are the row's sums.
-func k4DotOpen(g *gen, name string, bb int, masks func()) {
+// kDotHead emits the declaration and prologue of a K-quant row dot with
+// qdotRows' arguments, up to its first row (x86RowStart): R8 w, R9 stride,
+// R12 idx, BX m, DI dst, R10 pf, R14 the F16 table; masks sets the kernel's
+// constant registers.
+func kDotHead(g *gen, name string, masks func()) {
 	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
 	g.decl("")
 	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
@@ -263,6 +262,15 @@ func k4DotOpen(g *gen, name string, bb int, masks func()) {
 	g.i("TESTQ BX, BX")
 	g.i("JEQ done")
 	x86RowStart(g, "pf+64(FP)")
+}
+
+// k4DotOpen emits the declaration and prologue of a Q4_K / Q5_K row dot
+// (qdotRows' arguments; masks sets the kernel's constant registers) and the
+// head of its super-block loop (bb bytes a block): the prefetch, d in Y5,
+// the scales (k4ScalesGPR) and the minimum term added to Y1. Registers as
+// qdotRowsK4AVX2 documents; Y0 and Y1 are the row's sums.
+func k4DotOpen(g *gen, name string, bb int, masks func()) {
+	kDotHead(g, name, masks)
 	g.i("MOVQ xq+24(FP), SI")
 	g.i("MOVQ xd+32(FP), R15")
 	g.i("MOVQ nb+40(FP), CX")
@@ -634,21 +642,7 @@ func qaxpy4Q6KAVX2(g *gen, x x86) {
 // Llama-3.2-1B-shape Q4_K_M file at 2 threads 24.2 → 26.2 tok/s (with the
 // Q4_K change, medians of 3 alternated runs), unchanged at 1 thread.
 func qdotRowsQ6KAVX2(g *gen) {
-	name := "qdotRowsQ6_KAVX2"
-	g.decl("//go:noescape\nfunc %s(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int)", name)
-	g.decl("")
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
-	g.i("MOVQ w+0(FP), R8")
-	g.i("MOVQ stride+8(FP), R9")
-	g.i("MOVQ idx+16(FP), R12")
-	g.i("MOVQ m+48(FP), BX")
-	g.i("MOVQ dst+56(FP), DI")
-	g.i("MOVQ pf+64(FP), R10")
-	g.i("MOVQ ·f16Table(SB), R14")
-	qMasks(g, "R13") // Y13: bytes 0x0F
-	g.i("TESTQ BX, BX")
-	g.i("JEQ done")
-	x86RowStart(g, "pf+64(FP)")
+	kDotHead(g, "qdotRowsQ6_KAVX2", func() { qMasks(g, "R13") }) // Y13: bytes 0x0F
 	g.i("MOVQ xq+24(FP), SI")
 	g.i("MOVQ nb+40(FP), CX")
 	g.i("XORQ AX, AX")
