@@ -61,9 +61,7 @@ func (m Memory) WithKVCache(c Config, d format.DType) Memory {
 		d = format.F32
 	}
 	m.KV = KVCacheBytesOf(c, m.Context, d)
-	m.Heap = max(m.TokenizerPeak, m.TokenizerLive+m.KV+m.Buffers)
-	m.TotalBytes = m.Total()
-	return m
+	return m.settled()
 }
 
 // Measured constants of the memory model (Linux amd64, Go 1.26). With the
@@ -107,8 +105,13 @@ func EstimateMemory(c Config, fileBytes, tokenizerBytes int64, context, prompt, 
 	m.Buffers = rope + acts + logits + scratch
 	m.TokenizerLive = int64(tokenizerLivePerByte * float64(tokenizerBytes))
 	m.TokenizerPeak = int64(tokenizerPeakPerByte * float64(tokenizerBytes))
-	m.Heap = max(m.TokenizerPeak, m.TokenizerLive+m.KV+m.Buffers)
 	m.Process = processBytes
+	return m.settled()
+}
+
+// settled returns m with Heap and TotalBytes computed from its parts.
+func (m Memory) settled() Memory {
+	m.Heap = max(m.TokenizerPeak, m.TokenizerLive+m.KV+m.Buffers)
 	m.TotalBytes = m.Total()
 	return m
 }

@@ -132,7 +132,9 @@ type Model struct {
 	// KVCache is the dtype of the KV caches of the sessions made after it
 	// is set (kernels.Cache): format.F32, the default (0 too), or
 	// format.F16, half the memory and half the bytes attention reads a
-	// token, at F16's precision (llama.cpp's default cache type).
+	// token, at F16's precision (llama.cpp's default cache type). Any other
+	// dtype is a programming error: NewSession panics on it (the commands
+	// set it from --kv-cache, which refuses other names).
 	KVCache format.DType
 
 	invFreq []float64 // RoPE inverse frequencies [head_dim/2]

@@ -104,9 +104,7 @@ func kvMatchesRecompute(t *testing.T, m *runtime.Model, tol float64) {
 		want, err := full.Forward(seq[:n], false)
 		require.NoError(t, err)
 		for j := range want {
-			if d := math.Abs(float64(got[j] - want[j])); d > tol*math.Max(1, math.Abs(float64(want[j]))) {
-				t.Fatalf("len %d logit %d: got %v, want %v (difference %.3g, tolerance %g)", n, j, got[j], want[j], d, tol)
-			}
+			requireWithin(t, want[j], got[j], tol, "len %d logit %d", n, j)
 		}
 	}
 }
@@ -217,8 +215,13 @@ func TestSampler(t *testing.T) {
 // summation order differs between the compared paths).
 func requireClose(t *testing.T, want, got float32, msg string, args ...any) {
 	t.Helper()
-	tol := 1e-5 * math.Max(1, math.Abs(float64(want)))
-	if d := math.Abs(float64(got) - float64(want)); d > tol {
-		t.Fatalf("%s: got %v, want %v (difference %.3g > %.3g)", fmt.Sprintf(msg, args...), got, want, d, tol)
+	requireWithin(t, want, got, 1e-5, msg, args...)
+}
+
+// requireWithin asserts |got − want| ≤ tol·max(1, |want|).
+func requireWithin(t *testing.T, want, got float32, tol float64, msg string, args ...any) {
+	t.Helper()
+	if d := math.Abs(float64(got) - float64(want)); d > tol*math.Max(1, math.Abs(float64(want))) {
+		t.Fatalf("%s: got %v, want %v (difference %.3g > %.3g)", fmt.Sprintf(msg, args...), got, want, d, tol*math.Max(1, math.Abs(float64(want))))
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/selectinfer/sinf/cmd/internal/runcmd"
 	"github.com/selectinfer/sinf/convert"
 	"github.com/selectinfer/sinf/convert/hf"
 	"github.com/selectinfer/sinf/convert/recon"
@@ -147,13 +148,8 @@ func convertCommand() *cli.Command {
 				if err != nil {
 					return fmt.Errorf("--memory-budget: %w", err)
 				}
-				switch c.String("kv-cache") {
-				case "f32":
-					opt.KVCache = format.F32
-				case "f16":
-					opt.KVCache = format.F16
-				default:
-					return fmt.Errorf("--kv-cache %q: want f32 or f16", c.String("kv-cache"))
+				if opt.KVCache, err = runcmd.KVCache(c); err != nil {
+					return err
 				}
 				plan, err := convert.ChooseGamma(ck, opt, budget, c.Int("context"))
 				if err != nil {

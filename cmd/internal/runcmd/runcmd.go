@@ -541,18 +541,28 @@ func KVCacheFlag() cli.Flag {
 // for the sessions made after it; an unknown name, or f16 on a device other
 // than the CPU (whose backend keeps its own cache), is an error.
 func SetKVCache(c *cli.Context, m *runtime.Model) error {
+	d, err := KVCache(c)
+	if err != nil {
+		return err
+	}
+	if dev := c.String("device"); d == format.F16 && dev != "" && dev != "cpu" {
+		return fmt.Errorf("--kv-cache f16: the CPU's; --device %s keeps its own cache", dev)
+	}
+	m.KVCache = d
+	return nil
+}
+
+// KVCache returns --kv-cache's dtype: format.F32 for f32, format.F16 for
+// f16, an error naming the flag otherwise.
+func KVCache(c *cli.Context) (format.DType, error) {
 	switch v := c.String("kv-cache"); v {
 	case "f32", "":
-		m.KVCache = format.F32
+		return format.F32, nil
 	case "f16":
-		if d := c.String("device"); d != "" && d != "cpu" {
-			return fmt.Errorf("--kv-cache f16: the CPU's; --device %s keeps its own cache", d)
-		}
-		m.KVCache = format.F16
+		return format.F16, nil
 	default:
-		return fmt.Errorf("--kv-cache %q: want f32 or f16", v)
+		return 0, fmt.Errorf("--kv-cache %q: want f32 or f16", v)
 	}
-	return nil
 }
 
 // CheckContext refuses a --context above the model's max_position_embeddings
