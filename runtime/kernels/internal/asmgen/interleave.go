@@ -34,7 +34,8 @@ func xgroupBytes(q qtype) int { return 16 * q.bb }
 // 1B 29.4–30.8 → 31.6–33.5); 1 KiB ahead measured alike or lower, 4 KiB
 // lower on the 1B (16.1–16.4). A batched step of four SmolLM2 Q4_0 tokens
 // (BenchmarkBatchDecode) 560–562 → 718–730 tokens/s, 731–772 with the two
-// accumulators a token.
+// accumulators a token. The multi-token forms prefetch xdotAheadBatch
+// bytes on.
 func qdotX16(g *gen, q qtype, T int) {
 	x := x86{name: "AVX512", r: "Z"}
 	name := "qdotX16" + q.name + "AVX512VNNI"
@@ -93,8 +94,12 @@ func qdotX16(g *gen, q qtype, T int) {
 		g.i("VPXORD Z%d, Z%d, Z%d", f, f, f)
 	}
 	g.p("block:")
+	ahead := xdotAhead
+	if T > 1 {
+		ahead = xdotAheadBatch
+	}
 	for off := 0; off < xgroupBytes(q); off += 64 {
-		g.i("PREFETCHT0 %d(SI)", xdotAhead+off)
+		g.i("PREFETCHT0 %d(SI)", ahead+off)
 	}
 	for t := range T {
 		for k := 0; k < na; k++ {
@@ -304,6 +309,17 @@ func neonQdotX16(g *gen, q qtype) {
 // 18.5–18.9, Q8_0 10.1–10.4 → 11.4–11.9 (1B Q4_0 at 2 threads 30.2–31.2 →
 // 32.5–33.5); so do the AVX512-VNNI forms (qdotX16).
 const xdotAhead = 2048
+
+// xdotAheadBatch is how many bytes ahead the multi-token qdotX16 forms
+// (T > 1) prefetch. Each column costs them up to four times the single-token
+// form's work, so at 2 KiB the lines arrive late: 2-vCPU Intel Xeon
+// (AVX512-VNNI), qdotX16T4Q4_0 streaming a 64 MiB matrix took 43–51 cycles a
+// block column at 2 KiB, 36–40 at 8 KiB and 36–38 at 16 KiB (32 from L2),
+// two alternated rounds; a batched step of four SmolLM2-135M Q4_0 tokens at 2
+// threads (BenchmarkBatchDecode) went 725–873 → 881–1046 tokens/s (16 KiB
+// 887–972), three alternated rounds, and `sinf-run serve --batch`, four
+// clients over one (cmd/serve-load), 2.11–2.14 → 2.31–2.35.
+const xdotAheadBatch = 8192
 
 // qdotX16YMM is qdotX16 on YMM registers for the AVX2 sets (vnni "": the
 // four products of a lane by VPMADDUBSW then VPMADDWD by ones, for Q4_0 a
@@ -613,7 +629,12 @@ func qpackX16YMM(g *gen, q qtype) {
 // results in Yt; x's element groups are broadcast from memory per product.
 // Each lane keeps the single-token kernel's arithmetic: its integer sums are
 // exact in any order and its float32 steps per block are the same, so every
-// token's sums are qdotX16YMM's bit for bit.
+// token's sums are qdotX16YMM's bit for bit. The first pass prefetches
+// xdotAheadBatch bytes on: SINF_KERNELS=avx2 on a 2-vCPU Intel Xeon, T=4
+// Q4_0 streaming a 64 MiB matrix went 120–130 → 81–93 cycles a block column
+// (2 KiB ahead alike; 55–56 from L2), and a batched step of four SmolLM2-135M
+// Q4_0 tokens at 2 threads (BenchmarkBatchDecode) 455–482 → 587–616
+// tokens/s, three alternated rounds.
 func qdotX16YMMBatch(g *gen, q qtype, T int) {
 	x := x86{name: "AVX2", r: "Y"}
 	name := fmt.Sprintf("qdotX16T%d%sAVX2", T, q.name)
@@ -656,6 +677,11 @@ func qdotX16YMMBatch(g *gen, q qtype, T int) {
 			g.i("VXORPS Y%[1]d, Y%[1]d, Y%[1]d", t)
 		}
 		g.p("block%d:", h)
+		if h == 0 {
+			for off := 0; off < xgroupBytes(q); off += 64 {
+				g.i("PREFETCHT0 %d(SI)", xdotAheadBatch+off)
+			}
+		}
 		if q.name == "Q4_0" {
 			// token t's x group e broadcast from memory into Y6
 			q4SumsInt16(g, h, T, ones, ia, func(t, u, e, dst int) {
