@@ -24,7 +24,8 @@ func xMat(t *testing.T, m testMat) Mat {
 // TestInterleavedProducts checks MatVec, MatVecBatch and MatMul on
 // interleaved rows against the float64 dequantize-then-multiply reference
 // on every set and pool, with whole groups and a tail of plain rows; each
-// token of MatVecBatch equals MatVec's bit for bit; the row-major-only
+// token of MatVecBatch equals MatVec's bit for bit, and so does MatMul's
+// where the set runs it as MatVecBatch (xdotPrefill); the row-major-only
 // products refuse interleaved rows; RowF32 decodes rows exactly.
 func TestInterleavedProducts(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
@@ -45,6 +46,9 @@ func TestInterleavedProducts(t *testing.T) {
 						MatMul(p, dst, w, x, T)
 						vec := make([]float32, T*rows)
 						MatVecBatch(p, vec, w, x, T)
+						if ks.xdotPrefill(w) {
+							require.Equal(t, vec, dst, "MatMul %v [%d,%d] T=%d as MatVecBatch", w.DType, rows, cols, T)
+						}
 						for u := range T {
 							xu := x[u*cols : (u+1)*cols]
 							one := make([]float32, rows)

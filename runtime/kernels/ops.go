@@ -190,12 +190,18 @@ const minSplitTerms = 32
 // MatMul computes dst[t,r] = Σ_c W[r,c]·X[t,c] for t < T: the prefill form of
 // MatVec. Shapes: x [T, w.Cols], dst [T, w.Rows], both row-major. Tokens are
 // split across the pool's workers when there are enough, else rows. w may
-// have interleaved rows (Q8_0X16, Q4_0X16; spec §5.4), as for MatVec.
+// have interleaved rows (Q8_0X16, Q4_0X16; spec §5.4), as for MatVec; where
+// the set decodes Q4_0X16 several tokens at a time (xdotPrefill), MatMul of
+// it is MatVecBatch's, bit for bit.
 func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 	checkMatX(w)
 	checkLen("MatMul x", x, T*w.Cols)
 	checkLen("MatMul dst", dst, T*w.Rows)
 	ks := active
+	if ks.xdotPrefill(w) {
+		MatVecBatch(p, dst, w, x, T)
+		return
+	}
 	j := job{op: opMatMul, ks: ks, w: w, dst: dst, x: x, t: T}
 	if w.DType.Quantized() {
 		// x as int8 blocks, as decode takes it: in integers where the set

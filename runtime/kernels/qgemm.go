@@ -1,6 +1,10 @@
 package kernels
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/selectinfer/sinf/format"
+)
 
 // Integer prefill (MatMul on block-quantized rows, sets with qgemm): x is
 // quantized once per call to int8 blocks (Pool.quantizeX, as for decode;
@@ -51,6 +55,25 @@ func (ks *kernelSet) intPrefill(w Mat) bool {
 		return ks.qpackX[q] != nil && ks.qgemm[q] != nil
 	}
 	return ks.qgemm[qIndex(w.DType)] != nil
+}
+
+// xdotPrefill reports whether MatMul of w runs as MatVecBatch: Q4_0X16
+// rows on a set with multi-token interleaved dots (qdotXB), which unpack each
+// block column once for four tokens and take the next four from L1 or L2,
+// where qmatMulInt first repacks every block (qpackX, 640 bytes for 288).
+// 2-vCPU Intel Xeon (AVX512-VNNI), dense Q4_0 files, 2 threads, prefill
+// tokens/s repacked → batched: SmolLM2-135M 651 → 797 at a 5-token prompt,
+// 1144 → 1285 at 16, 1543 → 1650 at 64, 1132 → 1230 at 512; Llama-3.2-1B
+// 78.7 → 86.2 at 5, 213 → 244 at 256, 149 → 162 at 1024; at 1 thread
+// SmolLM2 418 → 540 at 5, 1020 → 1029 at 64, 900 → 893 at 256. The AVX2
+// set (SINF_KERNELS=avx2): 503 → 716 at 5, 996 → 1110 at 64, 793 → 931 at
+// 256 (1B 121 → 153). Q8_0X16 keeps the repacked path: its 1B prefill at 64
+// tokens went 201 → 175 batched (its block columns cost the dots no unpacking
+// to share); so does the AVX-VNNI set, whose qgemm is VPDPBUSD and which has
+// no multi-token interleaved dots (SmolLM2 at 64: 1172 repacked, 943 as
+// per-token MatVecs).
+func (ks *kernelSet) xdotPrefill(w Mat) bool {
+	return w.DType == format.Q4_0X16 && ks.qdotXB[0][qIndex(format.Q4_0)] != nil
 }
 
 // qgemmScratch is the float32s of worker scratch qmatMulInt packs rows of
