@@ -127,7 +127,11 @@ func (s *Session) submit(fn func() error, id int) error {
 
 // loop collects requests into steps: the first one that arrives, then the
 // others of the live sessions for up to Wait; work that needs the pool alone
-// runs first, in arrival order, then the decode steps as one batch. It keeps
+// runs first, in arrival order, then the decode steps as one batch. After
+// such work (a prefill) the decode requests gathered with it wait for one
+// more gathering, so that the sessions just prefilled join their step: four
+// requests admitted at once otherwise decode a step of one, then of two and
+// of three before all four go together. It keeps
 // one OS thread: as the pool's caller it would otherwise resume on another
 // of the Go runtime's threads after each wait, and the pool's scheduler
 // signal (kernels' adapt) read two of the process's threads competing for
@@ -140,12 +144,15 @@ func (b *Batcher) loop() {
 	var pending, step []*batchReq
 	var ids []int
 	var sessions []*Session
+	held := false // pending holds decode requests kept back after a prefill
 	for {
-		r, ok := <-b.reqs
-		if !ok {
-			return
+		if len(pending) == 0 {
+			r, ok := <-b.reqs
+			if !ok {
+				return
+			}
+			pending = append(pending, r)
 		}
-		pending = append(pending[:0], r)
 		if int64(len(pending)) < b.live.Load() {
 			timer.Reset(b.Wait)
 		gather:
@@ -162,18 +169,30 @@ func (b *Batcher) loop() {
 			}
 			timer.Stop()
 		}
-		step, ids, sessions = step[:0], ids[:0], sessions[:0]
+		ran, decodes := false, pending[:0]
 		for _, r := range pending {
 			if r.fn != nil {
 				r.err <- safely(r.fn)
+				ran = true
 				continue
 			}
+			decodes = append(decodes, r)
+		}
+		pending = decodes
+		if ran && !held && len(pending) > 0 {
+			held = true
+			continue
+		}
+		held = false
+		step, ids, sessions = step[:0], ids[:0], sessions[:0]
+		for _, r := range pending {
 			if err := r.s.checkTokens([]int{r.id}); err != nil {
 				r.err <- err
 				continue
 			}
 			step, ids, sessions = append(step, r), append(ids, r.id), append(sessions, r.s)
 		}
+		pending = pending[:0]
 		if len(step) == 0 {
 			continue
 		}

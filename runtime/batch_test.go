@@ -134,6 +134,48 @@ func TestBatchedGenerate(t *testing.T) {
 	}
 }
 
+// TestBatcherAdmitsIntoTheNextStep: a session that arrives while another
+// decodes joins the step right after its prefill: the batcher holds the
+// waiting session's token back for one more gathering instead of decoding it
+// alone. Two sessions of 24 tokens, the second arriving at the first's
+// first token, then end together, in the steps the first takes alone (a
+// step later, the second would take one step alone at its end).
+func TestBatcherAdmitsIntoTheNextStep(t *testing.T) {
+	_, m := load(t, "stories260k")
+	run := func(join bool) runtime.BatchStats {
+		pool := kernels.NewPool(2)
+		defer pool.Close()
+		b := runtime.NewBatcher(m, pool)
+		defer b.Close()
+		b.Wait = time.Second // every live session hands in its token well within it, -race included
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		started := false
+		a := b.NewSession(64)
+		_, errs[0] = a.Generate([]int{1, 5, 9}, runtime.GenerateOptions{MaxTokens: 24, OnToken: func(int) {
+			if !join || started {
+				return
+			}
+			started = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := b.NewSession(64)
+				_, errs[1] = s.Generate([]int{1, 17, 40, 2}, runtime.GenerateOptions{MaxTokens: 24})
+			}()
+			// B's prefill reaches the batcher before A's next token does
+			time.Sleep(50 * time.Millisecond)
+		}})
+		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		return b.Stats()
+	}
+	alone, joined := run(false), run(true)
+	require.Equal(t, alone.Steps, joined.Steps, "steps of A alone %+v, with B joining %+v", alone, joined)
+	require.Equal(t, 2*alone.Tokens, joined.Tokens, "tokens of A alone %+v, with B joining %+v", alone, joined)
+}
+
 // TestBatcherErrors: a batched session past its context gets
 // ErrContextFull as a session of its own does, and the others go on.
 func TestBatcherErrors(t *testing.T) {
