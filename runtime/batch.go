@@ -298,9 +298,7 @@ func (b *Batcher) attention(ss []*Session, i int) {
 	// Every token's heads in one pool call, each as Attention computes it.
 	kernels.AttentionBatch(b.pool, out, q, b.kv, b.pos, kernels.AttnShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: hd})
 	b.project(xb, l.O, out, B, l.OBias)
-	for j := range x {
-		x[j] += xb[j]
-	}
+	kernels.Add(x, xb)
 }
 
 // project is Session.project for B tokens of B sessions: MatVec's result

@@ -309,9 +309,7 @@ func (s *Session) attention(i, T int) {
 		kernels.AttnShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: hd, Pos: s.pos, T: T})
 	// Output projection into xb, then the residual.
 	s.project(xb, l.O, out, T, l.OBias)
-	for j := range x {
-		x[j] += xb[j]
-	}
+	kernels.Add(x, xb)
 }
 
 // project computes dst[T, w.Rows] = src[T, w.Cols]·wᵀ (+ bias).
@@ -397,9 +395,7 @@ func (s *Session) ffn(i, T int) {
 // the layer's output bias (a reconstructed layer's, else nil), after the
 // rows (the CUDA backend adds it the same way, as one more row).
 func addFFN(x, y, bias []float32, T int) {
-	for j := range x {
-		x[j] += y[j]
-	}
+	kernels.Add(x, y)
 	addBias(x, bias, T)
 }
 

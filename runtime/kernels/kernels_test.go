@@ -984,3 +984,21 @@ func checkAddRows(t *testing.T, rng *rand.Rand, p *Pool, m testMat, sel []int32,
 		checkClose(t, dst[c], want, scale, tol, "AddRows %v cols %d k %d gathered %v col %d", m.DType, C, len(a), sel != nil, c)
 	}
 }
+
+// TestAdd: Add equals the plain loop's sums bit for bit on every set, for
+// lengths around the sets' element multiples, with a longer src.
+func TestAdd(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		rng := rand.New(rand.NewPCG(7, 8))
+		for _, n := range []int{0, 1, 7, 8, 15, 16, 17, 31, 33, 63, 65, 2304} {
+			dst, src := randVec(rng, n), randVec(rng, n+3)
+			want := slices.Clone(dst)
+			for i := range want {
+				want[i] += src[i]
+			}
+			Add(dst, src)
+			equalBits(t, dst, want, "Add n=%d", n)
+		}
+		require.Panics(t, func() { Add(make([]float32, 4), make([]float32, 3)) })
+	})
+}
