@@ -284,12 +284,8 @@ func (b *Batcher) attention(ss []*Session, i int) {
 		p := s.pos
 		qt, kt, vt := q[t*qd:(t+1)*qd], k[t*kvd:(t+1)*kvd], v[t*kvd:(t+1)*kvd]
 		cos, sin := s.buf.ropeCos[p*half:(p+1)*half], s.buf.ropeSin[p*half:(p+1)*half]
-		for h := 0; h < c.Heads; h++ {
-			rope(qt[h*hd:(h+1)*hd], cos, sin)
-		}
-		for h := 0; h < c.KVHeads; h++ {
-			rope(kt[h*hd:(h+1)*hd], cos, sin)
-		}
+		kernels.Rope(qt, c.Heads, cos, sin)
+		kernels.Rope(kt, c.KVHeads, cos, sin)
 		s.kcache[i].Put(p*kvd, kt)
 		s.vcache[i].Put(p*kvd, vt)
 		b.kv, b.pos = append(b.kv, s.kcache[i]), append(b.pos, p)

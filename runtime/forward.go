@@ -293,12 +293,8 @@ func (s *Session) attention(i, T int) {
 	for t := 0; t < T; t++ {
 		p := s.pos + t
 		cos, sin := b.ropeCos[p*half:(p+1)*half], b.ropeSin[p*half:(p+1)*half]
-		for h := 0; h < c.Heads; h++ {
-			rope(q[t*qd+h*hd:t*qd+(h+1)*hd], cos, sin)
-		}
-		for h := 0; h < c.KVHeads; h++ {
-			rope(k[t*kvd+h*hd:t*kvd+(h+1)*hd], cos, sin)
-		}
+		kernels.Rope(q[t*qd:(t+1)*qd], c.Heads, cos, sin)
+		kernels.Rope(k[t*kvd:(t+1)*kvd], c.KVHeads, cos, sin)
 	}
 	s.kcache[i].Put(s.pos*kvd, k)
 	s.vcache[i].Put(s.pos*kvd, v)
@@ -671,21 +667,6 @@ func addBias(x, bias []float32, T int) {
 		for j, bv := range bias {
 			xt[j] += bv
 		}
-	}
-}
-
-// rope rotates one head vector in HF's rotate-half layout: for i < hd/2,
-// (x_i, x_{i+hd/2}) ← (x_i·cos − x_{i+hd/2}·sin, x_{i+hd/2}·cos + x_i·sin).
-func rope(x, cos, sin []float32) {
-	half := len(x) / 2
-	for i := 0; i < half; i++ {
-		a, b := x[i], x[i+half]
-		// Each product rounded on its own (the conversions): Go may fuse
-		// x*y ± z into one FMA (arm64 does), and which of the two products
-		// it would fuse depends on where rope is inlined, so the batched
-		// step and a session's own forward pass rotated differently.
-		x[i] = float32(a*cos[i]) - float32(b*sin[i])
-		x[i+half] = float32(b*cos[i]) + float32(a*sin[i])
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
 // TestRopeLinear (issue 23 item 5): rope_scaling linear turns position p
@@ -36,7 +38,7 @@ func TestRopeLinear(t *testing.T) {
 			want[i] = a*math.Cos(angle) - b*math.Sin(angle)
 			want[i+half] = b*math.Cos(angle) + a*math.Sin(angle)
 		}
-		rope(x, s.buf.ropeCos[p*half:(p+1)*half], s.buf.ropeSin[p*half:(p+1)*half])
+		kernels.Rope(x, 1, s.buf.ropeCos[p*half:(p+1)*half], s.buf.ropeSin[p*half:(p+1)*half])
 		for i := range x {
 			require.InDelta(t, want[i], float64(x[i]), 2e-6, "position %d element %d", p, i)
 		}

@@ -260,3 +260,40 @@ func swigluGo(gp, up *float32, n int) {
 		g[i] = v / (1 + float32(math.Exp(float64(-v)))) * u[i]
 	}
 }
+
+// Rope rotates each of the heads vectors of x ([heads, 2·half] float32, half
+// = len(cos)) by rotary position embedding's cos and sin [half] at one
+// position, in HF's rotate-half layout (modeling_llama.py,
+// apply_rotary_pos_emb): for i < half, (x_i, x_{i+half}) ←
+// (x_i·cos_i − x_{i+half}·sin_i, x_{i+half}·cos_i + x_i·sin_i), each product
+// rounded to float32 on its own (no fused multiply-add), so every set gives
+// the portable loop's values bit for bit. The AVX2 form takes the 12 heads
+// of a SmolLM2-135M token (head_dim 64) in 470 → 60 ns (2-vCPU Intel Xeon).
+// It panics if x is shorter than heads·2·half or sin than cos.
+func Rope(x []float32, heads int, cos, sin []float32) {
+	half := len(cos)
+	checkLen("Rope x", x, heads*2*half)
+	checkLen("Rope sin", sin, half)
+	if heads <= 0 || half == 0 {
+		return
+	}
+	if half%8 == 0 {
+		active.rope(&x[0], &cos[0], &sin[0], half, heads)
+		return
+	}
+	ropeGo(&x[0], &cos[0], &sin[0], half, heads)
+}
+
+func ropeGo(xp, cp, sp *float32, half, heads int) {
+	x, cos, sin := xs(xp, 2*half*heads), xs(cp, half), xs(sp, half)
+	for h := range heads {
+		v := x[2*half*h : 2*half*(h+1)]
+		for i := range half {
+			a, b := v[i], v[i+half]
+			// each product rounded on its own: Go may fuse x*y ± z into one
+			// FMA (arm64 does), which the vector forms do not
+			v[i] = float32(a*cos[i]) - float32(b*sin[i])
+			v[i+half] = float32(b*cos[i]) + float32(a*sin[i])
+		}
+	}
+}

@@ -3,7 +3,10 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/selectinfer/sinf/format"
 )
@@ -160,5 +163,35 @@ func TestAttentionBatch(t *testing.T) {
 				}
 			}
 		})
+	})
+}
+
+// TestRope: Rope equals the one-pair-at-a-time loop bit for bit on every set
+// (each product rounded on its own), for half a multiple of 8 (the vector
+// forms) and not (the portable loop), one to three heads, and leaves what
+// follows the heads alone.
+func TestRope(t *testing.T) {
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, half := range []int{4, 8, 12, 16, 32, 64} {
+			for heads := 1; heads <= 3; heads++ {
+				cos, sin := randVec(rng, half), randVec(rng, half)
+				x := randVec(rng, 2*half*heads+5)
+				want := slices.Clone(x)
+				for h := range heads {
+					v := want[2*half*h:]
+					for i := range half {
+						a, b := float64(v[i]), float64(v[i+half])
+						c, s := float64(cos[i]), float64(sin[i])
+						// float32 products, then their float32 sum: exact in float64 before each rounding
+						v[i] = float32(float64(float32(a*c)) - float64(float32(b*s)))
+						v[i+half] = float32(float64(float32(b*c)) + float64(float32(a*s)))
+					}
+				}
+				Rope(x, heads, cos, sin)
+				equalBits(t, x, want, "Rope half=%d heads=%d", half, heads)
+			}
+		}
+		require.Panics(t, func() { Rope(make([]float32, 15), 1, make([]float32, 8), make([]float32, 8)) })
 	})
 }

@@ -485,6 +485,9 @@ func swigluAVX2(gate, up *float32, n int)
 func expSumAVX2(x *float32, n int, m float32) float32
 
 //go:noescape
+func ropeAVX2(x, cos, sin *float32, half, heads int)
+
+//go:noescape
 func sketchAVX2(dst *float32, w unsafe.Pointer, xq *int8, t *float32, rows, nb int)
 
 //go:noescape

@@ -66,6 +66,9 @@ type kernelSet struct {
 	// expSum sets x[i] = e^(x[i]−m) for i < n, n a multiple of 16, and
 	// returns their sum.
 	expSum func(x *float32, n int, m float32) float32
+	// rope rotates heads consecutive vectors of 2·half float32 at x by cos
+	// and sin [half] (Rope's arithmetic), half a multiple of 8.
+	rope func(x, cos, sin *float32, half, heads int)
 	// toF16 sets dst[i] to x[i] rounded to the nearest F16, ties to even
 	// (format.F32ToF16's value; any NaN stays a NaN), for i < n, n a
 	// multiple of 8 (Cache.Put).
@@ -220,6 +223,7 @@ var genericSet = &kernelSet{
 	readSum:   readSumGo,
 	swiglu:    swigluGo,
 	expSum:    expSumGo,
+	rope:      ropeGo,
 	toF16:     toF16Go,
 	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0Go, qdotRowsQ4_0Go},
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0Go, qcvtQ4_0Go},

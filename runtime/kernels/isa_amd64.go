@@ -26,6 +26,7 @@ var avx2Set = &kernelSet{
 	readSum:   readSumAVX2,
 	swiglu:    swigluAVX2,
 	expSum:    expSumAVX2,
+	rope:      ropeAVX2,
 	toF16:     toF16AVX2, // F16C
 	sketch:    sketchAVX2,
 	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0AVX2, qdotRowsQ4_0AVX2, qdotRowsQ5_0AVX2, qdotRowsQ5_1AVX2},
@@ -62,6 +63,7 @@ var avx512Set = &kernelSet{
 	readSum:   readSumAVX2, // a read is a read: the 256-bit loop already saturates memory
 	swiglu:    swigluAVX2,  // bound by exp, not memory: 256 bits suffice
 	expSum:    expSumAVX2,
+	rope:      ropeAVX2,
 	toF16:     toF16AVX2,  // F16C
 	sketch:    sketchAVX2, // 512-bit form unmeasured
 	// Block-quantized dots: the AVX2 kernels (one block of 32 weights a

@@ -17909,6 +17909,38 @@ done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+TEXT ·ropeAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), DI
+	MOVQ cos+8(FP), SI
+	MOVQ sin+16(FP), DX
+	MOVQ half+24(FP), R8
+	MOVQ heads+32(FP), BX
+	SHLQ $2, R8
+head:
+	LEAQ (DI)(R8*1), R9
+	XORQ AX, AX
+pair:
+	VMOVUPS (DI)(AX*1), Y0
+	VMOVUPS (R9)(AX*1), Y1
+	VMOVUPS (SI)(AX*1), Y2
+	VMOVUPS (DX)(AX*1), Y3
+	VMULPS Y2, Y0, Y4
+	VMULPS Y3, Y1, Y5
+	VSUBPS Y5, Y4, Y4
+	VMULPS Y2, Y1, Y6
+	VMULPS Y3, Y0, Y7
+	VADDPS Y7, Y6, Y6
+	VMOVUPS Y4, (DI)(AX*1)
+	VMOVUPS Y6, (R9)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, R8
+	JLT pair
+	LEAQ (R9)(R8*1), DI
+	DECQ BX
+	JNE head
+	VZEROUPPER
+	RET
+
 DATA sk2Shift<>+0(SB)/8, $0
 DATA sk2Shift<>+8(SB)/8, $2
 DATA sk2Shift<>+16(SB)/8, $4

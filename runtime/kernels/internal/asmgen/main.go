@@ -225,6 +225,7 @@ func amd64(g *gen) {
 	expTables(g)
 	swigluAVX2(g)
 	expSumAVX2(g)
+	ropeAVX2(g)
 	sketchAVX2(g)
 	toF16AVX2(g)
 }
@@ -1405,6 +1406,45 @@ func swigluAVX2(g *gen) {
 		g.i("VMULPS %d(SI)(AX*4), Y%d, Y%d", 32*h, gr, gr)
 		g.i("VMOVUPS Y%d, %d(DI)(AX*4)", gr, 32*h)
 	})
+	g.i("VZEROUPPER")
+	g.i("RET")
+	g.p("")
+}
+
+// ropeAVX2: kernels.Rope over heads vectors of 2·half float32 at x, half a
+// multiple of 8: per eight pairs a = x[i], b = x[i+half], x[i] = a·c − b·s
+// and x[i+half] = b·c + a·s, each product rounded (VMULPS, no FMA).
+func ropeAVX2(g *gen) {
+	x := x86{name: "AVX2", vw: 8, r: "Y"}
+	x.text(g, "ropeAVX2", 40, "(x, cos, sin *float32, half, heads int)")
+	g.i("MOVQ x+0(FP), DI")
+	g.i("MOVQ cos+8(FP), SI")
+	g.i("MOVQ sin+16(FP), DX")
+	g.i("MOVQ half+24(FP), R8")
+	g.i("MOVQ heads+32(FP), BX")
+	g.i("SHLQ $2, R8") // bytes of half
+	g.p("head:")
+	g.i("LEAQ (DI)(R8*1), R9") // the second half
+	g.i("XORQ AX, AX")
+	g.p("pair:")
+	g.i("VMOVUPS (DI)(AX*1), Y0") // a
+	g.i("VMOVUPS (R9)(AX*1), Y1") // b
+	g.i("VMOVUPS (SI)(AX*1), Y2") // cos
+	g.i("VMOVUPS (DX)(AX*1), Y3") // sin
+	g.i("VMULPS Y2, Y0, Y4")      // a·c
+	g.i("VMULPS Y3, Y1, Y5")      // b·s
+	g.i("VSUBPS Y5, Y4, Y4")      // a·c − b·s
+	g.i("VMULPS Y2, Y1, Y6")      // b·c
+	g.i("VMULPS Y3, Y0, Y7")      // a·s
+	g.i("VADDPS Y7, Y6, Y6")      // b·c + a·s
+	g.i("VMOVUPS Y4, (DI)(AX*1)")
+	g.i("VMOVUPS Y6, (R9)(AX*1)")
+	g.i("ADDQ $32, AX")
+	g.i("CMPQ AX, R8")
+	g.i("JLT pair")
+	g.i("LEAQ (R9)(R8*1), DI")
+	g.i("DECQ BX")
+	g.i("JNE head")
 	g.i("VZEROUPPER")
 	g.i("RET")
 	g.p("")
