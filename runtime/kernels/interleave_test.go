@@ -26,7 +26,8 @@ func xMat(t *testing.T, m testMat) Mat {
 // on every set and pool, with whole groups and a tail of plain rows; each
 // token of MatVecBatch equals MatVec's bit for bit, and so does MatMul's
 // where the set runs it as MatVecBatch (xdotPrefill); the row-major-only
-// products refuse interleaved rows; RowF32 decodes rows exactly.
+// products refuse interleaved rows; RowF32 decodes rows exactly; MatMul of
+// no tokens does nothing, row-major or interleaved.
 func TestInterleavedProducts(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
@@ -40,6 +41,9 @@ func TestInterleavedProducts(t *testing.T) {
 					rows, cols := sh[0], sh[1]
 					m := randQMat(t, rng, dt, rows, cols)
 					w := xMat(t, m)
+					for _, v := range []Mat{m.Mat, w} { // no tokens: nothing to do, on either layout
+						require.NotPanics(t, func() { MatMul(p, nil, v, nil, 0) }, "MatMul %v of 0 tokens", v.DType)
+					}
 					for _, T := range []int{1, 2, 3, 4, 9, 37} { // MatVecBatch: every multi-token kernel
 						x := randVec(rng, T*cols)
 						dst := make([]float32, T*rows)

@@ -192,11 +192,17 @@ const minSplitTerms = 32
 // split across the pool's workers when there are enough, else rows. w may
 // have interleaved rows (Q8_0X16, Q4_0X16; spec §5.4), as for MatVec; where
 // the set decodes Q4_0X16 several tokens at a time (xdotPrefill), MatMul of
-// it is MatVecBatch's, bit for bit.
+// it is MatVecBatch's, bit for bit. T = 0 computes nothing; T < 0 panics.
 func MatMul(p *Pool, dst []float32, w Mat, x []float32, T int) {
 	checkMatX(w)
+	if T < 0 {
+		panic(fmt.Sprintf("kernels: MatMul of %d tokens", T))
+	}
 	checkLen("MatMul x", x, T*w.Cols)
 	checkLen("MatMul dst", dst, T*w.Rows)
+	if T == 0 {
+		return
+	}
 	ks := active
 	if ks.xdotPrefill(w) {
 		MatVecBatch(p, dst, w, x, T)
