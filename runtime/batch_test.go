@@ -163,8 +163,9 @@ func TestBatcherAdmitsIntoTheNextStep(t *testing.T) {
 				s := b.NewSession(64)
 				_, errs[1] = s.Generate([]int{1, 17, 40, 2}, runtime.GenerateOptions{MaxTokens: 24})
 			}()
-			// B's prefill reaches the batcher before A's next token does
-			time.Sleep(50 * time.Millisecond)
+			// B becomes live (its prefill then reaches the batcher, which
+			// waits up to Wait for it) before A's next token is handed in
+			time.Sleep(200 * time.Millisecond)
 		}})
 		wg.Wait()
 		require.NoError(t, errs[0])
