@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"slices"
 
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
@@ -56,7 +57,8 @@ type buffers struct {
 	q, attnOut       []float32 // [T, heads·hd]
 	k, v             []float32 // [T, kv·hd]
 	gate, up         []float32 // [T, N]
-	h, score, sel    []float32 // [N]: per-token selection scratch (GateFirst)
+	h, score         []float32 // [N]: per-token selection scratch (GateFirst)
+	sel              []uint32  // [2N]: topScore's keys
 	rows             []int32   // [N]: the rows picked for this token
 	logits           []float32 // [T or 1, vocab]
 	ropeCos, ropeSin []float32 // [ctx, hd/2]
@@ -171,7 +173,7 @@ func (b *buffers) ensure(c Config, T int) {
 	b.up = make([]float32, T*c.Intermediate)
 	if b.h == nil {
 		N := c.Intermediate
-		b.h, b.score, b.sel, b.rows = make([]float32, N), make([]float32, N), make([]float32, N), make([]int32, N)
+		b.h, b.score, b.sel, b.rows = make([]float32, N), make([]float32, N), make([]uint32, 2*N), make([]int32, N)
 	}
 }
 
@@ -442,11 +444,7 @@ func (s *Session) ffnFromGate(i, k int, g, xb, y []float32) {
 		u := b.up[:kept]
 		kernels.MatVec(s.pool, u, f.Up, xb)
 		kernels.SwiGLU(s.pool, g, u)
-		score := b.score[:kept]
-		for j, v := range g {
-			score[j] = max(v, -v)
-		}
-		s.maskedRows(i, f, g, topScore(b.rows[:0], score, b.sel[:kept], k), y)
+		s.maskedRows(i, f, g, topScore(b.rows[:0], g, b.sel[:2*kept], k, true), y)
 		return
 	}
 	rows := s.pickRows(i, f, g, xb, k)
@@ -480,12 +478,12 @@ func (s *Session) pickRows(i int, f *MLP, g, xb []float32, k int) []int32 {
 	b := &s.buf
 	kept := len(g)
 	if f.UpSketch.Rows == 0 {
-		return topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, s.gateW[i], k)
+		return topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:2*kept], g, s.gateW[i], k)
 	}
 	w := b.up[:kept]
 	kernels.SketchMatVec(s.pool, w, f.UpSketch, xb)
 	SketchWeights(w, s.m.RowNorms(i).Down)
-	return topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:kept], g, w, k)
+	return topSiLU(s.pool, b.rows[:0], b.score[:kept], b.sel[:2*kept], g, w, k)
 }
 
 // SketchWeights sets w[j] = |w[j]·down[j]| for j < len(w): GateFirst's row
@@ -501,32 +499,52 @@ func SketchWeights(w, down []float32) {
 
 // topSiLU appends to rows, in ascending order, the k indices j of g with
 // the largest |silu(g_j)|·w_j (GateScores; ties: lower index), using score
-// and sel ([len(g)] scratch). 1 ≤ k ≤ len(g).
-func topSiLU(p *kernels.Pool, rows []int32, score, sel, g, w []float32, k int) []int32 {
-	GateScores(p, score, g, w)
-	return topScore(rows, score, sel, k)
+// ([len(g)] scratch) and sel ([2·len(g)]). 1 ≤ k ≤ len(g).
+func topSiLU(p *kernels.Pool, rows []int32, score []float32, sel []uint32, g, w []float32, k int) []int32 {
+	gateSiLU(p, score, g, w)
+	return topScore(rows, score[:len(g)], sel, k, true)
 }
 
 // topScore appends to rows, in ascending order, the k indices of the
-// largest score (ties: lower index), using sel ([len(score)] scratch).
-func topScore(rows []int32, score, sel []float32, k int) []int32 {
-	copy(sel, score)
-	th := kthLargest(sel, k)
-	ties := k
-	for _, v := range score {
-		if v > th {
-			ties--
-		}
-	}
-	for j, v := range score {
-		if v > th || (v == th && ties > 0) {
-			if v == th {
-				ties--
-			}
+// largest score, or with abs the largest |score| (ties: lower index;
+// orderKey's order, so −0 ties +0 and a NaN ranks by its bits), using sel
+// ([2·len(score)] scratch). 1 ≤ k ≤ len(score). Without a branch on the
+// scores: the threshold from kthKey, then one pass that writes every index
+// and keeps those above it and the first ties.
+func topScore(rows []int32, score []float32, sel []uint32, k int, abs bool) []int32 {
+	n := len(score)
+	if k >= n {
+		for j := range n {
 			rows = append(rows, int32(j))
 		}
+		return rows
 	}
-	return rows
+	m1 := uint32(keySigned)
+	if abs {
+		m1 = keyAbs
+	}
+	keys := sel[:n]
+	for j, v := range score {
+		keys[j] = scoreKey(v, m1)
+	}
+	th, above, equal := kthKey(keys, sel[n:2*n], k)
+	ties, m := k-above, len(rows)
+	rows = slices.Grow(rows, k+1) // the pass writes one past the last kept
+	out := rows[:m+k+1]
+	if ties == equal { // every key equal to th is kept (no ties left out)
+		for j, u := range keys {
+			out[m] = int32(j)
+			m += b2i(u >= th)
+		}
+		return out[:m]
+	}
+	for j, u := range keys {
+		out[m] = int32(j)
+		eq := b2i(u == th) & b2i(ties > 0)
+		ties -= eq
+		m += b2i(u > th) | eq
+	}
+	return out[:m]
 }
 
 // GateCalib accumulates, over a GateFirst prefill, each stored row's
@@ -576,12 +594,18 @@ func GateWeights(w []float32, c GateCalib, n Norms) {
 // (w = GateWeights); the CUDA backend's sinf_gate_score computes the same
 // with its silu_mul. score, g and w are [n] float32.
 func GateScores(p *kernels.Pool, score, g, w []float32) {
+	gateSiLU(p, score, g, w)
+	for j, v := range score[:len(g)] {
+		score[j] = math.Float32frombits(math.Float32bits(v) &^ (1 << 31))
+	}
+}
+
+// gateSiLU sets score[j] = silu(g[j])·w[j] for j < len(g): GateScores but
+// the magnitude.
+func gateSiLU(p *kernels.Pool, score, g, w []float32) {
 	score = score[:len(g)]
 	copy(score, g)
 	kernels.SwiGLU(p, score, w[:len(g)])
-	for j, v := range score {
-		score[j] = max(v, -v)
-	}
 }
 
 // originalRows maps row indices of a sliced layer to original neuron ids

@@ -12,7 +12,7 @@ package runtime
 // (decode) are counted; prefill and dense layers are not.
 type MassMeter struct {
 	Layers []LayerMass // per layer; zero for layers decode computes whole
-	best   []float32   // one token's |a| (scratch)
+	keys   []uint32    // one token's |a| as orderKey (scratch)
 }
 
 // LayerMass is one layer's sums over the decoded tokens, float64.
@@ -59,11 +59,11 @@ func (m *MassMeter) observe(i int, a []float32, mask []bool) {
 	l := &m.Layers[i]
 	l.Tokens++
 	l.Loaded = len(a)
-	m.best = m.best[:0]
+	m.keys = m.keys[:0]
 	k := 0
 	for j, v := range a {
 		v = max(v, -v)
-		m.best = append(m.best, v)
+		m.keys = append(m.keys, orderKey(v))
 		l.Total += float64(v)
 		if mask[j] {
 			l.Active += float64(v)
@@ -74,7 +74,8 @@ func (m *MassMeter) observe(i int, a []float32, mask []bool) {
 	if k == 0 {
 		return
 	}
-	th := kthLargest(m.best, k)
+	thKey, _, _ := kthKey(m.keys, m.keys, k)
+	th := fromKey(thKey)
 	// The k largest: every value above th, then th for the rest.
 	var sum float64
 	above := 0

@@ -12,13 +12,19 @@ import (
 	"github.com/selectinfer/sinf/runtime/kernels"
 )
 
-func TestKthLargest(t *testing.T) {
+// TestKthKey checks the radix select against a sort: the k-th largest key
+// and the count above it, on vectors with many ties, some and none, with
+// negative values, −0 and +0; and orderKey's order against the values'.
+func TestKthKey(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, n := range []int{1, 2, 3, 5, 17, 100, 1000} {
+	for _, n := range []int{1, 2, 3, 5, 17, 100, 1000, 5000} {
 		for _, levels := range []int{2, 7, 1 << 20} { // many ties, some, none
 			s := make([]float32, n)
 			for i := range s {
-				s[i] = float32(rng.IntN(levels)) / 8
+				s[i] = float32(rng.IntN(levels)-levels/3) / 8
+				if s[i] == 0 && rng.IntN(2) == 0 {
+					s[i] = float32(math.Copysign(0, -1))
+				}
 			}
 			desc := slices.Clone(s)
 			slices.SortFunc(desc, func(a, b float32) int { return -cmp.Compare(a, b) })
@@ -26,10 +32,50 @@ func TestKthLargest(t *testing.T) {
 				if k < 1 {
 					continue
 				}
-				require.Equal(t, desc[k-1], kthLargest(slices.Clone(s), k), "n=%d levels=%d k=%d", n, levels, k)
+				keys := make([]uint32, n)
+				for i, v := range s {
+					keys[i] = orderKey(v)
+				}
+				th, above, equal := kthKey(keys, make([]uint32, n), k)
+				want := desc[k-1]
+				require.Equal(t, want, fromKey(th), "n=%d levels=%d k=%d", n, levels, k)
+				require.Equal(t, orderKey(want), th)
+				wantAbove, wantEqual := 0, 0
+				for _, v := range s {
+					wantAbove += b2i(v > want)
+					wantEqual += b2i(v == want)
+				}
+				require.Equal(t, wantAbove, above, "n=%d levels=%d k=%d", n, levels, k)
+				require.Equal(t, wantEqual, equal, "n=%d levels=%d k=%d", n, levels, k)
 			}
 		}
 	}
+	vals := []float32{float32(math.Inf(-1)), -3e38, -1, -1e-45, 0, 1e-45, 1, 3e38, float32(math.Inf(1))}
+	for i := range vals {
+		for j := range vals {
+			require.Equal(t, cmp.Compare(vals[i], vals[j]), cmp.Compare(orderKey(vals[i]), orderKey(vals[j])), "%v %v", vals[i], vals[j])
+		}
+		require.Equal(t, vals[i], fromKey(orderKey(vals[i])))
+	}
+	require.Equal(t, orderKey(0), orderKey(float32(math.Copysign(0, -1))))
+}
+
+// TestTopScoreNaN: a NaN score ranks by its bits (positive above +Inf,
+// negative below −Inf; by magnitude both above +Inf) and the pick still has
+// k rows.
+func TestTopScoreNaN(t *testing.T) {
+	nan, negNaN := float32(math.NaN()), float32(math.Copysign(math.NaN(), -1))
+	score := []float32{1, nan, float32(math.Inf(1)), negNaN, 2, float32(math.Copysign(0, -1)), 0}
+	sel := make([]uint32, 2*len(score))
+	require.Equal(t, []int32{1}, topScore(nil, score, sel, 1, false))
+	require.Equal(t, []int32{1, 2, 4}, topScore(nil, score, sel, 3, false))
+	require.Equal(t, []int32{0, 1, 2, 4, 5}, topScore(nil, score, sel, 5, false)) // −0 ties +0: the lower row
+	require.Equal(t, []int32{0, 1, 2, 4, 5, 6}, topScore(nil, score, sel, 6, false))
+	// By magnitude: both NaNs above +Inf, −3 as 3.
+	abs := []float32{1, nan, float32(math.Inf(1)), negNaN, -3, float32(math.Copysign(0, -1)), 0}
+	require.Equal(t, []int32{1, 3}, topScore(nil, abs, sel, 2, true))
+	require.Equal(t, []int32{1, 2, 3, 4}, topScore(nil, abs, sel, 4, true))
+	require.Equal(t, []int32{0, 1, 2, 3, 4, 5}, topScore(nil, abs, sel, 6, true))
 }
 
 // TestCounterMatchesSort compares Counter with the definition: sort a token's
@@ -74,7 +120,7 @@ func TestTopSiLU(t *testing.T) {
 	defer p.Close()
 	g := []float32{-3, 0.5, 2, -0.1, 2}
 	w := []float32{10, 1, 1, 1, 1}
-	sc, sel := make([]float32, 5), make([]float32, 5)
+	sc, sel := make([]float32, 5), make([]uint32, 10)
 	require.Equal(t, []int32{2, 4}, topSiLU(p, nil, sc, sel, g, w, 2))
 	require.Equal(t, []int32{0, 2, 4}, topSiLU(p, nil, sc, sel, g, w, 3))
 	require.Equal(t, []int32{1, 2, 4}, topSiLU(p, nil, sc, sel, g, []float32{1, 1, 1, 1, 1}, 3)) // unweighted: row 0 scores 0.142
@@ -100,26 +146,33 @@ func TestTopSiLU(t *testing.T) {
 			slices.SortStableFunc(idx, func(a, b int32) int { return cmp.Compare(score[b], score[a]) })
 			want := slices.Clone(idx[:k])
 			slices.Sort(want)
-			got := topSiLU(p, nil, make([]float32, n), make([]float32, n), g, w, k)
+			got := topSiLU(p, nil, make([]float32, n), make([]uint32, 2*n), g, w, k)
 			require.Equal(t, want, got, "n=%d k=%d", n, k)
 		}
 	}
 }
 
 // BenchmarkTopSiLU: GateFirst's per-token pick on one SmolLM2-135M layer of
-// a γ=0.7 file (1075 stored rows, φ=0.25: 384 picked).
+// a γ=0.7 file (1075 stored rows, φ=0.25: 384 picked), a new gate vector
+// each call (64 in turn): the same vector every call lets the branch
+// predictor learn its comparisons, which decode never repeats.
 func BenchmarkTopSiLU(b *testing.B) {
 	p := kernels.NewPool(1)
 	defer p.Close()
 	rng := rand.New(rand.NewPCG(7, 8))
-	const n, k = 1075, 384
-	g, w := make([]float32, n), make([]float32, n)
+	const n, k, vecs = 1075, 384, 64
+	g, w := make([]float32, vecs*n), make([]float32, n)
 	for i := range g {
-		g[i], w[i] = float32(rng.NormFloat64()), float32(0.5+rng.Float64())
+		g[i] = float32(rng.NormFloat64())
 	}
-	score, sel, rows := make([]float32, n), make([]float32, n), make([]int32, 0, n)
+	for i := range w {
+		w[i] = float32(0.5 + rng.Float64())
+	}
+	score, sel, rows := make([]float32, n), make([]uint32, 2*n), make([]int32, 0, n)
 	b.ReportAllocs()
+	i := 0
 	for b.Loop() {
-		rows = topSiLU(p, rows[:0], score, sel, g, w, k)
+		rows = topSiLU(p, rows[:0], score, sel, g[i*n:(i+1)*n], w, k)
+		i = (i + 1) % vecs
 	}
 }
