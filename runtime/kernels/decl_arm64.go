@@ -218,3 +218,9 @@ func swigluNEON(gate, up *float32, n int)
 
 //go:noescape
 func expSumNEON(x *float32, n int, m float32) float32
+
+//go:noescape
+func ropeNEON(x, cos, sin *float32, half, heads int)
+
+//go:noescape
+func toF16NEON(dst *uint16, x *float32, n int)

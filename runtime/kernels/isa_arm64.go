@@ -25,8 +25,8 @@ var neonSet = &kernelSet{
 	readSum:   readSumNEON,
 	swiglu:    swigluNEON,
 	expSum:    expSumNEON,
-	rope:      ropeGo,
-	toF16:     toF16Go,
+	rope:      ropeNEON,
+	toF16:     toF16NEON,
 	// Block-quantized rows (quant.go); x is quantized by the portable code.
 	qdotRows:  [nq]func(w unsafe.Pointer, stride int, idx *int32, xq *int8, xd *float32, nb, m int, dst *float32, pf int){qdotRowsQ8_0NEON, qdotRowsQ4_0NEON, qdotRowsQ5_0NEON, qdotRowsQ5_1NEON},
 	qcvt:      [nq]func(dst *float32, src unsafe.Pointer, nb int){qcvtQ8_0NEON, qcvtQ4_0NEON, qcvtQ5_0NEON, qcvtQ5_1NEON},

@@ -1624,6 +1624,8 @@ func arm64(g *gen) {
 	neonReadSum(g)
 	neonSwiGLU(g)
 	neonExpSum(g)
+	neonRope(g)
+	neonToF16(g)
 }
 
 // neonExpConsts loads expConsts into V16..V28 (uses R3).
@@ -1699,6 +1701,63 @@ func neonExpSum(g *gen) {
 	g.i(faddpV(30, 30, 30))
 	g.i(faddpS(30, 30))
 	g.i("FMOVS F30, ret+24(FP)")
+	g.i("RET")
+	g.p("")
+}
+
+// neonRope is ropeAVX2 for NEON: eight pairs a step, each product rounded
+// (FMUL, then FSUB/FADD; no FMLA).
+func neonRope(g *gen) {
+	neonText(g, "ropeNEON", 40, "(x, cos, sin *float32, half, heads int)")
+	g.i("MOVD x+0(FP), R0")
+	g.i("MOVD cos+8(FP), R1")
+	g.i("MOVD sin+16(FP), R2")
+	g.i("MOVD half+24(FP), R3")
+	g.i("MOVD heads+32(FP), R4")
+	g.i("LSL $2, R3, R3") // bytes of half
+	g.p("head:")
+	g.i("ADD R3, R0, R5") // the second half
+	g.i("MOVD R1, R6")
+	g.i("MOVD R2, R7")
+	g.i("MOVD R3, R8")
+	g.p("pair:")
+	g.i("VLD1 (R0), [V0.S4, V1.S4]")     // a
+	g.i("VLD1 (R5), [V2.S4, V3.S4]")     // b
+	g.i("VLD1.P 32(R6), [V4.S4, V5.S4]") // cos
+	g.i("VLD1.P 32(R7), [V6.S4, V7.S4]") // sin
+	for h := 0; h < 2; h++ {
+		a, b, c, sn := h, 2+h, 4+h, 6+h
+		g.i(fmulV(16+h, a, c))       // a·c
+		g.i(fmulV(18+h, b, sn))      // b·s
+		g.i(fsubV(16+h, 16+h, 18+h)) // a·c − b·s
+		g.i(fmulV(20+h, b, c))       // b·c
+		g.i(fmulV(22+h, a, sn))      // a·s
+		g.i(faddV(20+h, 20+h, 22+h)) // b·c + a·s
+	}
+	g.i("VST1.P [V16.S4, V17.S4], 32(R0)")
+	g.i("VST1.P [V20.S4, V21.S4], 32(R5)")
+	g.i("SUBS $32, R8, R8")
+	g.i("BNE pair")
+	g.i("MOVD R5, R0") // the next head follows the second half
+	g.i("SUBS $1, R4, R4")
+	g.i("BNE head")
+	g.i("RET")
+	g.p("")
+}
+
+// neonToF16 is toF16AVX2 for NEON: FCVTN/FCVTN2, rounding as FPCR says
+// (Go leaves it at round to nearest, ties to even, no flush to zero).
+func neonToF16(g *gen) {
+	neonText(g, "toF16NEON", 24, "(dst *uint16, x *float32, n int)")
+	g.i("MOVD dst+0(FP), R0")
+	g.i("MOVD x+8(FP), R1")
+	g.i("MOVD n+16(FP), R2")
+	neonLoopHead(g, "R2")
+	g.i("VLD1.P 32(R1), [V0.S4, V1.S4]")
+	g.i(word(0x0E216800|0<<5|2, "FCVTN V2.4H, V0.4S"))
+	g.i(word(0x4E216800|1<<5|2, "FCVTN2 V2.8H, V1.4S"))
+	g.i("VST1.P [V2.H8], 16(R0)")
+	neonLoopTail(g, "R2", 8)
 	g.i("RET")
 	g.p("")
 }
