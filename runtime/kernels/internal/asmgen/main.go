@@ -1664,9 +1664,7 @@ func neonExp(g *gen) {
 // neonSwiGLU is swigluAVX2 for NEON.
 func neonSwiGLU(g *gen) {
 	neonText(g, "swigluNEON", 24, "(gate, up *float32, n int)")
-	g.i("MOVD gate+0(FP), R0")
-	g.i("MOVD up+8(FP), R1")
-	g.i("MOVD n+16(FP), R2")
+	neonArgs(g, "gate", "up", "n")
 	neonExpConsts(g)
 	neonLoopHead(g, "R2")
 	g.i("VLD1 (R0), [V5.S4]")
@@ -1709,11 +1707,7 @@ func neonExpSum(g *gen) {
 // (FMUL, then FSUB/FADD; no FMLA).
 func neonRope(g *gen) {
 	neonText(g, "ropeNEON", 40, "(x, cos, sin *float32, half, heads int)")
-	g.i("MOVD x+0(FP), R0")
-	g.i("MOVD cos+8(FP), R1")
-	g.i("MOVD sin+16(FP), R2")
-	g.i("MOVD half+24(FP), R3")
-	g.i("MOVD heads+32(FP), R4")
+	neonArgs(g, "x", "cos", "sin", "half", "heads")
 	g.i("LSL $2, R3, R3") // bytes of half
 	g.p("head:")
 	g.i("ADD R3, R0, R5") // the second half
@@ -1749,9 +1743,7 @@ func neonRope(g *gen) {
 // (Go leaves it at round to nearest, ties to even, no flush to zero).
 func neonToF16(g *gen) {
 	neonText(g, "toF16NEON", 24, "(dst *uint16, x *float32, n int)")
-	g.i("MOVD dst+0(FP), R0")
-	g.i("MOVD x+8(FP), R1")
-	g.i("MOVD n+16(FP), R2")
+	neonArgs(g, "dst", "x", "n")
 	neonLoopHead(g, "R2")
 	g.i("VLD1.P 32(R1), [V0.S4, V1.S4]")
 	g.i(word(0x0E216800|0<<5|2, "FCVTN V2.4H, V0.4S"))
@@ -1760,6 +1752,14 @@ func neonToF16(g *gen) {
 	neonLoopTail(g, "R2", 8)
 	g.i("RET")
 	g.p("")
+}
+
+// neonArgs loads the kernel's first word-sized arguments, named in order,
+// into R0, R1, ….
+func neonArgs(g *gen, names ...string) {
+	for i, n := range names {
+		g.i("MOVD %s+%d(FP), R%d", n, 8*i, i)
+	}
 }
 
 func neonText(g *gen, name string, args int, goSig string) {
