@@ -13,7 +13,7 @@ import (
 // single-token call of the same matrix (the same chunks). Within a chunk,
 // where the set has multi-token kernels (kernelSet.dotRowsB: short float
 // rows on x86-64; dot4B: long ones on AVX2; qdotXB: interleaved Q8_0 and
-// Q4_0 on x86-64 but AVX-VNNI; qaxpy4B: row-major Q8_0 and Q4_0 on
+// Q4_0 on x86-64 but AVX-VNNI, two tokens at a time on arm64 dotprod; qaxpy4B: row-major Q8_0 and Q4_0 on
 // AVX-512, and qdotRowsB with AVX512-VNNI; kdotRowsB: Q6_K, such as a
 // Q4_0 or K-quant file's output projection, on the AVX2 and wider sets) up
 // to four tokens go through

@@ -163,6 +163,9 @@ func qpack8Q8_0NEON(dst *byte, w unsafe.Pointer, stride int, nb int)
 func qdotX16Q8_0DOTPROD(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
 
 //go:noescape
+func qdotX16T2Q8_0DOTPROD(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
+
+//go:noescape
 func qpackX16Q8_0NEON(dst *byte, w unsafe.Pointer, nb int)
 
 //go:noescape
@@ -170,6 +173,9 @@ func qpack8Q4_0NEON(dst *byte, w unsafe.Pointer, stride int, nb int)
 
 //go:noescape
 func qdotX16Q4_0DOTPROD(w unsafe.Pointer, nb int, xq *int8, xd *float32, ng int, dst *float32)
+
+//go:noescape
+func qdotX16T2Q4_0DOTPROD(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)
 
 //go:noescape
 func qpackX16Q4_0NEON(dst *byte, w unsafe.Pointer, nb int)

@@ -51,6 +51,9 @@ var dotprodSet = func() *kernelSet {
 	// prefill packs a group as two of qgemm8x4's eight-row groups.
 	c.qdotX = [2]qdotXFunc{qdotX16Q8_0DOTPROD, qdotX16Q4_0DOTPROD}
 	c.qpackX = [2]func(dst *byte, w unsafe.Pointer, nb int){qpackX16Q8_0NEON, qpackX16Q4_0NEON}
+	// Their two-token form (MatVecBatch: a batched server's slots, two at a
+	// time); prefill keeps the repacked SDOT products (xdotPrefill).
+	c.qdotXB[0] = [2]qdotXBFunc{qdotX16T2Q8_0DOTPROD, qdotX16T2Q4_0DOTPROD}
 	return &c
 }()
 

@@ -58,7 +58,8 @@ func (ks *kernelSet) intPrefill(w Mat) bool {
 }
 
 // xdotPrefill reports whether MatMul of w runs as MatVecBatch: Q4_0X16
-// rows on a set with multi-token interleaved dots (qdotXB), which unpack each
+// rows on a set with four-token interleaved dots (qdotXB; the dotprod set's
+// two-token form is unmeasured against its SDOT GEMM), which unpack each
 // block column once for four tokens and take the next four from L1 or L2,
 // where qmatMulInt first repacks every block (qpackX, 640 bytes for 288).
 // 2-vCPU Intel Xeon (AVX512-VNNI), dense Q4_0 files, 2 threads, prefill
@@ -73,7 +74,7 @@ func (ks *kernelSet) intPrefill(w Mat) bool {
 // no multi-token interleaved dots (SmolLM2 at 64: 1172 repacked, 943 as
 // per-token MatVecs).
 func (ks *kernelSet) xdotPrefill(w Mat) bool {
-	return w.DType == format.Q4_0X16 && ks.qdotXB[0][qIndex(format.Q4_0)] != nil
+	return w.DType == format.Q4_0X16 && ks.qdotXB[2][qIndex(format.Q4_0)] != nil
 }
 
 // qgemmScratch is the float32s of worker scratch qmatMulInt packs rows of

@@ -242,11 +242,7 @@ func neonQdotX16(g *gen, q qtype) {
 	g.p("blk:")
 	g.i("VLD1 (R6), [V0.B16, V1.B16]")
 	g.i("ADD $64, R6, R6")
-	g.i("VLD1.P 32(R0), [V2.B16, V3.B16]")
-	g.i(fcvtl(4, 2))
-	g.i(fcvtl2(5, 2))
-	g.i(fcvtl(6, 3))
-	g.i(fcvtl2(7, 3))
+	neonScales(g, 2)
 	zero(g, 20, 21, 22, 23)
 	// element group e (elements 4e..4e+3) of the four quads in V(w)..V(w+3)
 	sdots := func(w, e int) {
@@ -262,11 +258,7 @@ func neonQdotX16(g *gen, q qtype) {
 		}
 	} else {
 		for j := 0; j < 4; j++ {
-			g.i("VLD1.P 64(R0), [V8.B16, V9.B16, V10.B16, V11.B16]")
-			for k := 0; k < 4; k++ {
-				g.i("VAND V30.B16, V%d.B16, V%d.B16", 8+k, 12+k)
-				g.i("VUSHR $4, V%d.B16, V%d.B16", 8+k, 24+k)
-			}
+			neonNibbles(g, 12, 24)
 			sdots(12, 2*j)
 			sdots(24, 2*j+1)
 		}
@@ -277,14 +269,7 @@ func neonQdotX16(g *gen, q qtype) {
 		g.i("FMOVS.P 4(R8), F31")
 		g.i("VDUP V31.S[0], V31.S4")
 	}
-	for k := 0; k < 4; k++ {
-		g.i(scvtfV(20+k, 20+k))
-		g.i(fmulV(20+k, 20+k, 28))
-		g.i("VFMLA V%d.S4, V%d.S4, V%d.S4", 4+k, 20+k, 16+k)
-		if q.name == "Q4_0" {
-			g.i("VFMLS V31.S4, V%d.S4, V%d.S4", 4+k, 16+k)
-		}
-	}
+	neonBlockSums(g, q, [4]int{20, 21, 22, 23}, [4]int{16, 17, 18, 19}, 28, 31)
 	g.i("SUBS $1, R9, R9")
 	g.i("BNE blk")
 	g.i("VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R5)")
@@ -294,6 +279,124 @@ func neonQdotX16(g *gen, q qtype) {
 	g.p("done:")
 	g.i("RET")
 	g.p("")
+}
+
+// neonQdotX16T2 is neonQdotX16 for two tokens (qdotX16T2<q>DOTPROD, the
+// dotprod set's multi-token form of MatVecBatch): each chunk is loaded and
+// unpacked once for both, token t's x at xq + t·xstride, its xd at xd +
+// t·xdstride and its sums at dst + t·dstride bytes; each token's float
+// steps are neonQdotX16's, in its order, so its sums are that kernel's bit
+// for bit. Registers: x's current half (16 bytes) in V0 (token 0) and V1
+// (token 1), the scales in V4..V7, token 0's int32 sums in V20..V23 and
+// results in V16..V19, token 1's in V24..V27 and V2, V3, V28, V29; V8..V15
+// the chunks (the x scales at a block's end). Four tokens would need 32
+// accumulators, so MatVecBatch takes them two at a time.
+func neonQdotX16T2(g *gen, q qtype) {
+	name := "qdotX16T2" + q.name + "DOTPROD"
+	neonText(g, name, 72, "(w unsafe.Pointer, nb int, xq *int8, xstride int, xd *float32, xdstride int, ng int, dst *float32, dstride int)")
+	neonArgs(g, "w", "nb", "xq", "xstride", "xd", "xdstride", "ng", "dst", "dstride")
+	facc1 := [4]int{2, 3, 28, 29}
+	g.i("VMOVI $15, V30.B16")
+	g.i("CBZ R6, done")
+	g.i("CBZ R1, done")
+	g.p("group:")
+	g.i("MOVD R2, R10")       // token 0's x
+	g.i("ADD R3, R2, R11")    // token 1's
+	g.i("MOVD R4, R12")       // token 0's d_x
+	g.i("ADD R1<<2, R4, R13") // and c = xd[nb+b]
+	g.i("ADD R5, R4, R14")    // token 1's
+	g.i("ADD R1<<2, R14, R15")
+	g.i("MOVD R1, R9")
+	zero(g, 16, 17, 18, 19, 2, 3, 28, 29)
+	g.p("blk:")
+	neonScales(g, 12)
+	zero(g, 20, 21, 22, 23, 24, 25, 26, 27)
+	// element group e of the four quads in V(w)..V(w+3), both tokens
+	sdots := func(w, e int) {
+		for t := 0; t < 2; t++ {
+			for k := 0; k < 4; k++ {
+				g.i(sdotLane(20+4*t+k, w+k, t, e%4))
+			}
+		}
+	}
+	for h := 0; h < 2; h++ { // x's half h: element groups 4h..4h+3
+		g.i("VLD1 (R10), [V0.B16]")
+		g.i("VLD1 (R11), [V1.B16]")
+		g.i("ADD $16, R10, R10")
+		g.i("ADD $16, R11, R11")
+		if q.name == "Q8_0" {
+			for k := 4 * h; k < 4*h+4; k++ {
+				w := 8 + 4*(k%2)
+				g.i("VLD1.P 64(R0), [V%d.B16, V%d.B16, V%d.B16, V%d.B16]", w, w+1, w+2, w+3)
+				sdots(w, k)
+			}
+			continue
+		}
+		for j := 2 * h; j < 2*h+2; j++ {
+			neonNibbles(g, 12, 8)
+			sdots(12, 2*j)
+			sdots(8, 2*j+1)
+		}
+	}
+	g.i("ADD $32, R10, R10") // x blocks are 64 bytes apart
+	g.i("ADD $32, R11, R11")
+	for t, r := range [2][2]string{{"R12", "R13"}, {"R14", "R15"}} {
+		g.i("FMOVS.P 4(%s), F%d", r[0], 8+2*t)
+		g.i("VDUP V%d.S[0], V%d.S4", 8+2*t, 8+2*t)
+		if q.name == "Q4_0" {
+			g.i("FMOVS.P 4(%s), F%d", r[1], 9+2*t)
+			g.i("VDUP V%d.S[0], V%d.S4", 9+2*t, 9+2*t)
+		}
+	}
+	neonBlockSums(g, q, [4]int{20, 21, 22, 23}, [4]int{16, 17, 18, 19}, 8, 9)
+	neonBlockSums(g, q, [4]int{24, 25, 26, 27}, facc1, 10, 11)
+	g.i("SUBS $1, R9, R9")
+	g.i("BNE blk")
+	g.i("ADD R8, R7, R14") // token 1's sums
+	g.i("VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R7)")
+	g.i("VST1.P [V2.S4, V3.S4], 32(R14)")
+	g.i("VST1 [V28.S4, V29.S4], (R14)")
+	g.i("ADD $64, R7, R7")
+	g.i("SUBS $1, R6, R6")
+	g.i("BNE group")
+	g.p("done:")
+	g.i("RET")
+	g.p("")
+}
+
+// neonScales loads a block column's sixteen F16 scales (R0 += 32) into V(r),
+// V(r+1) and converts them to float32 in V4..V7.
+func neonScales(g *gen, r int) {
+	g.i("VLD1.P 32(R0), [V%d.B16, V%d.B16]", r, r+1)
+	g.i(fcvtl(4, r))
+	g.i(fcvtl2(5, r))
+	g.i(fcvtl(6, r+1))
+	g.i(fcvtl2(7, r+1))
+}
+
+// neonNibbles loads the next 64-byte Q4_0X16 chunk (R0 += 64) into V8..V11
+// and unpacks it: low nibbles to V(lo)..V(lo+3), high ones to
+// V(hi)..V(hi+3) (hi may be 8: in place).
+func neonNibbles(g *gen, lo, hi int) {
+	g.i("VLD1.P 64(R0), [V8.B16, V9.B16, V10.B16, V11.B16]")
+	for k := 0; k < 4; k++ {
+		g.i("VAND V30.B16, V%d.B16, V%d.B16", 8+k, lo+k)
+		g.i("VUSHR $4, V%d.B16, V%d.B16", 8+k, hi+k)
+	}
+}
+
+// neonBlockSums adds one block's sums of a token to its results: for each
+// quad k, acc[k] += scale_k·(float(is[k])·d_x), then for Q4_0 acc[k] −=
+// c·scale_k, with the scales in V4..V7, d_x broadcast in V(dx) and c in V(c).
+func neonBlockSums(g *gen, q qtype, is, acc [4]int, dx, c int) {
+	for k := 0; k < 4; k++ {
+		g.i(scvtfV(is[k], is[k]))
+		g.i(fmulV(is[k], is[k], dx))
+		g.i("VFMLA V%d.S4, V%d.S4, V%d.S4", 4+k, is[k], acc[k])
+		if q.name == "Q4_0" {
+			g.i("VFMLS V%d.S4, V%d.S4, V%d.S4", c, 4+k, acc[k])
+		}
+	}
 }
 
 // xdotAhead is how many bytes ahead of its block qdotX16YMM prefetches

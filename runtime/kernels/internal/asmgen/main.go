@@ -1609,6 +1609,7 @@ func arm64(g *gen) {
 	for _, q := range qtypes {
 		neonQpack8(g, q)
 		neonQdotX16(g, q)
+		neonQdotX16T2(g, q)
 		neonQpackX16(g, q)
 	}
 	neonQgemm8x4(g)
