@@ -164,8 +164,9 @@ type Counter struct {
 	Alpha  float64
 	Counts [][]int32 // [layer][kept row]; nil for layers not counted
 	model  *Model
-	keys   []uint32 // topScore's scratch
-	rows   []int32  // one token's counted rows
+	pos    []float32 // one token's positive activations, 0 elsewhere (scratch)
+	keys   []uint32  // topScore's scratch
+	rows   []int32   // one token's counted rows
 }
 
 // NewCounter returns a Counter for the sliced layers of m.
@@ -192,19 +193,25 @@ func (c *Counter) ObserveFFN(layer int, act []float32, T int, rows []int32) {
 	kept := len(counts)
 	for t := 0; t < T; t++ {
 		a := act[t*kept : (t+1)*kept]
-		P := 0
-		for _, v := range a {
-			P += b2i(v > 0)
+		if len(c.pos) < kept {
+			c.pos, c.keys, c.rows = make([]float32, kept), make([]uint32, 2*kept), make([]int32, 0, kept)
+		}
+		// The positive activations, every other value (NaN too) as 0: the k
+		// ≤ P largest are then the k largest positive ones.
+		pos, P := c.pos[:kept], 0
+		for j, v := range a {
+			p := float32(0)
+			if v > 0 {
+				p = v
+				P++
+			}
+			pos[j] = p
 		}
 		k := RoundCount(c.Alpha, P)
 		if k == 0 {
 			continue
 		}
-		// The k largest of a are the k largest positive ones (k ≤ P).
-		if len(c.keys) < 2*kept {
-			c.keys, c.rows = make([]uint32, 2*kept), make([]int32, 0, kept)
-		}
-		c.rows = topScore(c.rows[:0], a, c.keys[:2*kept], k, false)
+		c.rows = topScore(c.rows[:0], pos, c.keys[:2*kept], k, false)
 		for _, j := range c.rows {
 			counts[j]++
 		}

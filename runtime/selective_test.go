@@ -107,6 +107,12 @@ func TestCounterMatchesSort(t *testing.T) {
 		}
 		require.Equal(t, want, c.Counts[0], "alpha %v", alpha)
 	}
+	// A NaN is not a positive activation, whatever its sign bit: with P = 3
+	// and k = 1 the count goes to the 3.
+	nan := float32(math.NaN())
+	c := &Counter{Alpha: 0.34, Counts: [][]int32{make([]int32, 6)}}
+	c.ObserveFFN(0, []float32{nan, 3, 2, 1, -1, -nan}, 1, nil)
+	require.Equal(t, []int32{0, 1, 0, 0, 0, 0}, c.Counts[0])
 }
 
 // TestTopSiLU checks GateFirst's per-token pick: GateScores against

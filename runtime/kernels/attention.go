@@ -50,7 +50,8 @@ func (c Cache) DType() format.DType {
 }
 
 // Put stores row at values [off, off+len(row)), rounded to the nearest F16
-// (ties to even, format.F32ToF16's value) in an F16 cache.
+// (ties to even, format.F32ToF16's value; a NaN stays a NaN, its payload
+// as the kernel set keeps it) in an F16 cache.
 func (c Cache) Put(off int, row []float32) {
 	if c.F16 == nil {
 		copy(c.F32[off:off+len(row)], row)

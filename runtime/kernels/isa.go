@@ -70,8 +70,8 @@ type kernelSet struct {
 	// and sin [half] (Rope's arithmetic), half a multiple of 8.
 	rope func(x, cos, sin *float32, half, heads int)
 	// toF16 sets dst[i] to x[i] rounded to the nearest F16, ties to even
-	// (format.F32ToF16's value; any NaN stays a NaN), for i < n, n a
-	// multiple of 8 (Cache.Put).
+	// (format.F32ToF16's value; any NaN stays a NaN, not necessarily
+	// F32ToF16's 0x7e00), for i < n, n a multiple of 8 (Cache.Put).
 	toF16 func(dst *uint16, x *float32, n int)
 	// readSum returns a checksum of the n bytes at p (n a multiple of 128).
 	readSum func(p unsafe.Pointer, n int) uint64
