@@ -181,10 +181,9 @@ func NewCounter(m *Model, alpha float64) *Counter {
 }
 
 // ObserveFFN counts the top α of each token's positive activations. act is
-// [T, kept] over all loaded rows (prefill computes every loaded neuron). The
-// k-th largest value is found by selection (O(P) per token), then the rows
-// above it are counted, and rows equal to it in row order until k
-// (topScore).
+// [T, kept] over all loaded rows (prefill computes every loaded neuron).
+// topScore picks them (O(kept) per token): the rows above the k-th largest
+// value, then rows equal to it in row order until k.
 func (c *Counter) ObserveFFN(layer int, act []float32, T int, rows []int32) {
 	counts := c.Counts[layer]
 	if counts == nil {
@@ -245,10 +244,10 @@ func fromKey(u uint32) float32 {
 }
 
 // kthKey returns the k-th largest of keys (1 ≤ k ≤ len(keys)), how many
-// keys are larger and how many equal it: a radix select, one byte a pass from the top, keeping
-// the keys of the byte that holds the k-th (a histogram pass, then a
-// compaction without branches into work, [len(keys)] scratch that may be
-// keys itself, which then ends overwritten). Against a median-of-three
+// keys are larger and how many equal it: a radix select, one byte a pass
+// from the top, keeping the keys of the byte that holds the k-th (a
+// histogram pass, then a compaction without branches into work, [len(keys)]
+// scratch that may be keys itself, which then ends overwritten). Against a median-of-three
 // quickselect and the two passes that followed it, a SmolLM2-135M layer's
 // GateFirst pick (1075 scores, k = 384, a new vector each call:
 // BenchmarkTopSiLU, 2-vCPU Intel Xeon) went 16.4 → 5.4 µs: the quickselect's
