@@ -286,8 +286,8 @@ func (b *Batcher) attention(ss []*Session, i int) {
 		cos, sin := s.buf.ropeCos[p*half:(p+1)*half], s.buf.ropeSin[p*half:(p+1)*half]
 		kernels.Rope(qt, c.Heads, cos, sin)
 		kernels.Rope(kt, c.KVHeads, cos, sin)
-		s.kcache[i].Put(p*kvd, kt)
-		s.vcache[i].Put(p*kvd, vt)
+		s.kcache[i].Put(p, kt)
+		s.vcache[i].Put(p, vt)
 		b.kv, b.pos = append(b.kv, s.kcache[i]), append(b.pos, p)
 	}
 	for _, s := range ss {

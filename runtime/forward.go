@@ -84,10 +84,9 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 	}
 	ctx = min(ctx, c.MaxContext())
 	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([]kernels.Cache, c.Layers), vcache: make([]kernels.Cache, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers)}
-	kvd := c.KVHeads * c.HeadDim
 	for i := range s.kcache {
-		s.kcache[i] = kernels.NewCache(m.KVCacheType(), ctx*kvd)
-		s.vcache[i] = kernels.NewCache(m.KVCacheType(), ctx*kvd)
+		s.kcache[i] = kernels.NewCache(m.KVCacheType(), ctx, c.KVHeads, c.HeadDim)
+		s.vcache[i] = kernels.NewCache(m.KVCacheType(), ctx, c.KVHeads, c.HeadDim)
 	}
 	half := c.HeadDim / 2
 	s.buf.ropeCos = make([]float32, ctx*half)
@@ -298,8 +297,8 @@ func (s *Session) attention(i, T int) {
 		kernels.Rope(q[t*qd:(t+1)*qd], c.Heads, cos, sin)
 		kernels.Rope(k[t*kvd:(t+1)*kvd], c.KVHeads, cos, sin)
 	}
-	s.kcache[i].Put(s.pos*kvd, k)
-	s.vcache[i].Put(s.pos*kvd, v)
+	s.kcache[i].Put(s.pos, k)
+	s.vcache[i].Put(s.pos, v)
 
 	// out[t, h] = Σ_p softmax_p(q·k_p / √hd) v_p over p ≤ pos+t (causal).
 	out := b.attnOut[:T*qd]

@@ -16,30 +16,58 @@ type AttnShape struct {
 	T                       int
 }
 
-// Cache is one layer's key or value cache: row p (position p) holds the
-// KVHeads·HeadDim values of that position's keys (or values), as float32
-// (F32) or as IEEE 754 half floats (F16: half the memory and the bytes
-// attention reads, llama.cpp's default cache type, at F16's 11-bit
-// precision). Exactly one of the two is set.
+// Cache is one layer's key or value cache for KVHeads heads of HeadDim
+// values a position, as float32 (F32) or as IEEE 754 half floats (F16: half
+// the memory and the bytes attention reads, llama.cpp's default cache type,
+// at F16's 11-bit precision); exactly one of the two is set. It is stored
+// head-major: head g's values for position p are values
+// [(g·P + p)·HeadDim, (g·P + p + 1)·HeadDim), P = Positions(), so a head's
+// keys (or values) are one contiguous stream that attention reads from its
+// start. Position-major rows (the KVHeads·HeadDim values of a position
+// together, as the K and V projections leave them) put a head's rows
+// KVHeads·HeadDim values apart: at 2 or 4 KiB (Llama-3.2-1B's eight KV heads
+// of 64 float32, Llama-3.2-3B's of 128) every row falls in the same few
+// cache sets, and a group's query heads, reading the same rows in turn,
+// found them evicted. BenchmarkAttentionDecode, Llama-3.2-1B's heads at
+// position 1000, 2-vCPU Intel Xeon, two alternated rounds, position-major →
+// head-major: F32 1.11–1.13 → 0.49–0.50 ms a layer at one thread, 0.63–0.94
+// → 0.20–0.21 at two; F16 0.62 → 0.34–0.37 and 0.26 → 0.17 (SmolLM2's rows,
+// 768 bytes apart, were not evicted: alike). Decode of the 1B-shape Q4_0
+// file after a 1024-token prompt at two threads (sinf bench) went 19.4–20.2
+// → 24.7–25.0 tokens/s with an F32 cache and 24.1–24.6 → 25.2–27.1 with
+// F16, its prefill 152–156 → 198–200 tokens/s (F32).
 type Cache struct {
-	F32 []float32
-	F16 []uint16
+	F32              []float32
+	F16              []uint16
+	KVHeads, HeadDim int
 }
 
-// NewCache returns a zeroed cache of n values of dtype d (format.F32 or
-// format.F16; any other panics).
-func NewCache(d format.DType, n int) Cache {
+// NewCache returns a zeroed cache of dtype d (format.F32 or format.F16; any
+// other panics) for positions positions of kvHeads heads of headDim values.
+func NewCache(d format.DType, positions, kvHeads, headDim int) Cache {
+	n := positions * kvHeads * headDim
+	c := Cache{KVHeads: kvHeads, HeadDim: headDim}
 	switch d {
 	case format.F32:
-		return Cache{F32: make([]float32, n)}
+		c.F32 = make([]float32, n)
 	case format.F16:
-		return Cache{F16: make([]uint16, n)}
+		c.F16 = make([]uint16, n)
+	default:
+		panic(fmt.Sprintf("kernels: a %v KV cache (want F32 or F16)", d))
 	}
-	panic(fmt.Sprintf("kernels: a %v KV cache (want F32 or F16)", d))
+	return c
 }
 
 // Len returns the number of values the cache holds.
 func (c Cache) Len() int { return len(c.F32) + len(c.F16) }
+
+// Positions returns the number of positions the cache holds.
+func (c Cache) Positions() int {
+	if kvd := c.KVHeads * c.HeadDim; kvd > 0 {
+		return c.Len() / kvd
+	}
+	return 0
+}
 
 // DType returns the cache's element type.
 func (c Cache) DType() format.DType {
@@ -49,31 +77,51 @@ func (c Cache) DType() format.DType {
 	return format.F32
 }
 
-// Put stores row at values [off, off+len(row)), rounded to the nearest F16
-// (ties to even, format.F32ToF16's value; a NaN stays a NaN, its payload
-// as the kernel set keeps it) in an F16 cache.
-func (c Cache) Put(off int, row []float32) {
-	if c.F16 == nil {
-		copy(c.F32[off:off+len(row)], row)
-		return
+// Put stores rows, whole positions of KVHeads·HeadDim values each (position
+// pos, pos+1, …; a position's heads one after the other, as the K and V
+// projections leave them), rounded to the nearest F16 (ties to even,
+// format.F32ToF16's value; a NaN stays a NaN, its payload as the kernel set
+// keeps it) in an F16 cache. It panics on rows that are not whole
+// positions or do not fit.
+func (c Cache) Put(pos int, rows []float32) {
+	hd, kvd, P := c.HeadDim, c.KVHeads*c.HeadDim, c.Positions()
+	if kvd == 0 || len(rows)%kvd != 0 || pos < 0 || pos+len(rows)/kvd > P {
+		panic(fmt.Sprintf("kernels: Cache.Put of %d values at position %d into %d positions of %d", len(rows), pos, P, kvd))
 	}
-	dst := c.F16[off : off+len(row)]
-	n := len(row) &^ 7
-	if n > 0 {
-		active.toF16(&dst[0], &row[0], n)
-	}
-	for i := n; i < len(row); i++ {
-		dst[i] = format.F32ToF16(row[i])
+	for t := 0; t < len(rows)/kvd; t++ {
+		for g := 0; g < c.KVHeads; g++ {
+			src := rows[t*kvd+g*hd : t*kvd+(g+1)*hd]
+			off := (g*P + pos + t) * hd
+			if c.F16 == nil {
+				copy(c.F32[off:off+hd], src)
+				continue
+			}
+			dst := c.F16[off : off+hd]
+			n := hd &^ 7
+			if n > 0 {
+				active.toF16(&dst[0], &src[0], n)
+			}
+			for i := n; i < hd; i++ {
+				dst[i] = format.F32ToF16(src[i])
+			}
+		}
 	}
 }
 
-// at returns the address of value off, the cache's dtype index (dtIndex)
-// and its element size in bytes.
-func (c Cache) at(off int) (p unsafe.Pointer, d, es int) {
+// head returns the address of head g's values at position 0 (its rows
+// follow, HeadDim values apart), the cache's dtype index (dtIndex) and its
+// element size in bytes.
+func (c Cache) head(g int) (p unsafe.Pointer, d, es int) {
+	off := g * c.Positions() * c.HeadDim
 	if c.F16 != nil {
 		return unsafe.Pointer(&c.F16[off]), 1, 2
 	}
 	return unsafe.Pointer(&c.F32[off]), 0, 4
+}
+
+// fits reports whether the cache holds n positions of a's heads.
+func (c Cache) fits(a AttnShape, n int) bool {
+	return c.KVHeads == a.KVHeads && c.HeadDim == a.HeadDim && c.Positions() >= n
 }
 
 // Attention computes, for token t < T at position Pos+t and head h,
@@ -81,22 +129,24 @@ func (c Cache) at(off int) (p unsafe.Pointer, d, es int) {
 //	out[t,h] = Σ_{p ≤ Pos+t} softmax_p(q[t,h]·k[p,g]/√HeadDim) · v[p,g],  g = h / (Heads/KVHeads)
 //
 // Shapes (row-major float32): q and out [T, Heads·HeadDim]; kc and vc
-// [≥ Pos+T, KVHeads·HeadDim], already holding the T new tokens' keys and
-// values, both of one dtype. Token-head pairs are split across the pool's
+// caches of a's KVHeads and HeadDim for at least Pos+T positions, already
+// holding the T new tokens' keys and values, both of one dtype (it panics
+// otherwise). Token-head pairs are split across the pool's
 // workers; softmax is computed in float32 with the maximum subtracted.
 func Attention(p *Pool, out, q []float32, kc, vc Cache, a AttnShape) {
-	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	qd := a.Heads * a.HeadDim
 	checkLen("Attention q", q, a.T*qd)
 	checkLen("Attention out", out, a.T*qd)
-	if kc.Len() < (a.Pos+a.T)*kvd || vc.Len() < (a.Pos+a.T)*kvd || kc.DType() != vc.DType() {
-		panic(fmt.Sprintf("kernels: Attention: caches of %d %v and %d %v values, want %d of one dtype", kc.Len(), kc.DType(), vc.Len(), vc.DType(), (a.Pos+a.T)*kvd))
+	if !kc.fits(a, a.Pos+a.T) || !vc.fits(a, a.Pos+a.T) || kc.DType() != vc.DType() {
+		panic(fmt.Sprintf("kernels: Attention: caches of %d %v and %d %v values (%d×%d and %d×%d heads), want %d positions of %d×%d of one dtype",
+			kc.Len(), kc.DType(), vc.Len(), vc.DType(), kc.KVHeads, kc.HeadDim, vc.KVHeads, vc.HeadDim, a.Pos+a.T, a.KVHeads, a.HeadDim))
 	}
 	p.run(job{op: opAttention, ks: active, dst: out, x: q, k: kc, v: vc, attn: a}, a.T*a.Heads)
 }
 
 // attentionRange runs the token-head pairs [lo, hi) of an Attention job:
-// the scores as one dotRows call over the cached keys (rows kvd floats
-// apart), softmax with expSum, and the values as one axpyRows call. For an
+// the scores as one dotRows call over the head's cached keys (contiguous
+// rows), softmax with expSum, and the values as one axpyRows call. For an
 // AttentionBatch job unit u is token u/Heads of its own cache.
 func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 	a := j.attn
@@ -124,22 +174,21 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 // e^(x−max) is exactly 0).
 func attendHead(ks *kernelSet, o, qh []float32, kc, vc Cache, h, n int, a AttnShape, att []float32) {
 	hd := a.HeadDim
-	kvd := a.KVHeads * hd
 	nb := hd / ks.blk * ks.blk
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	off := (h / (a.Heads / a.KVHeads)) * hd
-	k, d, es := kc.at(off)
+	g := h / (a.Heads / a.KVHeads)
+	k, d, es := kc.head(g)
 	pad := att[n : (n+15)&^15]
 	att = att[:n]
 	if nb > 0 {
-		ks.dotRows[d](k, es*kvd, nil, &qh[0], nb, n, &att[0], 0)
+		ks.dotRows[d](k, es*hd, nil, &qh[0], nb, n, &att[0], 0)
 	} else {
 		clear(att)
 	}
 	maxv := float32(math.Inf(-1))
 	for pos := range att {
 		if nb < hd {
-			att[pos] += genericSet.dot1[d](unsafe.Add(k, es*(pos*kvd+nb)), &qh[nb], hd-nb)
+			att[pos] += genericSet.dot1[d](unsafe.Add(k, es*(pos*hd+nb)), &qh[nb], hd-nb)
 		}
 		v := att[pos] * scale
 		att[pos] = v
@@ -152,12 +201,12 @@ func attendHead(ks *kernelSet, o, qh []float32, kc, vc Cache, h, n int, a AttnSh
 	}
 	sum := ks.expSum(&att[0], n+len(pad), maxv)
 	clear(o)
-	v, _, _ := vc.at(off)
+	v, _, _ := vc.head(g)
 	if nb > 0 {
-		ks.axpyRows[d](&o[0], v, es*kvd, nil, &att[0], nb, n, 0)
+		ks.axpyRows[d](&o[0], v, es*hd, nil, &att[0], nb, n, 0)
 	}
 	if nb < hd {
-		genericSet.axpyRows[d](&o[nb], unsafe.Add(v, es*nb), es*kvd, nil, &att[0], hd-nb, n, 0)
+		genericSet.axpyRows[d](&o[nb], unsafe.Add(v, es*nb), es*hd, nil, &att[0], hd-nb, n, 0)
 	}
 	inv := 1 / sum
 	for i := range o {
@@ -168,20 +217,20 @@ func attendHead(ks *kernelSet, o, qh []float32, kc, vc Cache, h, n int, a AttnSh
 // AttentionBatch is Attention of one new token for each of B = len(pos)
 // sequences, each over its own KV cache, as one pool call: token t (row t
 // of q and out, [B, Heads·HeadDim]) at position pos[t] over the key cache
-// kv[t] and the value cache kv[B+t] ([≥ pos[t]+1, KVHeads·HeadDim], already
-// holding its key and value); a's Pos and T are not used. Each token's
+// kv[t] and the value cache kv[B+t] (of a's KVHeads and HeadDim, for at
+// least pos[t]+1 positions, already holding its key and value); a's Pos and T are not used. Each token's
 // output is Attention's with Pos pos[t] and T 1 bit for bit (the same
 // per-head code).
 func AttentionBatch(p *Pool, out, q []float32, kv []Cache, pos []int, a AttnShape) {
 	B := len(pos)
-	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	qd := a.Heads * a.HeadDim
 	checkLen("AttentionBatch q", q, B*qd)
 	checkLen("AttentionBatch out", out, B*qd)
 	if len(kv) != 2*B {
 		panic(fmt.Sprintf("kernels: AttentionBatch: %d caches for %d tokens (want their keys, then their values)", len(kv), B))
 	}
 	for t, n := range pos {
-		if n < 0 || kv[t].Len() < (n+1)*kvd || kv[B+t].Len() < (n+1)*kvd || kv[t].DType() != kv[B+t].DType() {
+		if n < 0 || !kv[t].fits(a, n+1) || !kv[B+t].fits(a, n+1) || kv[t].DType() != kv[B+t].DType() {
 			panic(fmt.Sprintf("kernels: AttentionBatch: token %d at position %d beyond its cache", t, n))
 		}
 	}

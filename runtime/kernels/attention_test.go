@@ -13,22 +13,29 @@ import (
 
 // values returns a cache's values as float32.
 func values(c Cache) []float32 {
-	if c.F16 == nil {
-		return c.F32
-	}
-	v := make([]float32, len(c.F16))
-	for i, h := range c.F16 {
-		v[i] = format.F16ToF32(h)
+	hd, P := c.HeadDim, c.Positions()
+	v := make([]float32, c.Len())
+	for g := 0; g < c.KVHeads; g++ {
+		for p := 0; p < P; p++ {
+			for e := 0; e < hd; e++ {
+				src := (g*P+p)*hd + e
+				dst := &v[(p*c.KVHeads+g)*hd+e]
+				if c.F16 == nil {
+					*dst = c.F32[src]
+				} else {
+					*dst = format.F16ToF32(c.F16[src])
+				}
+			}
+		}
 	}
 	return v
 }
 
-// prefix returns the cache's first n values.
+// prefix returns a cache of the cache's first n positions.
 func prefix(c Cache, n int) Cache {
-	if c.F16 == nil {
-		return Cache{F32: c.F32[:n]}
-	}
-	return Cache{F16: c.F16[:n]}
+	p := NewCache(c.DType(), n, c.KVHeads, c.HeadDim)
+	p.Put(0, values(c)[:n*c.KVHeads*c.HeadDim])
+	return p
 }
 
 // attentionRef is causal GQA attention in float64, written from the
@@ -92,7 +99,7 @@ func TestAttention(t *testing.T) {
 				q, kc, vc := rnd(a.T*qd), rnd((a.Pos+a.T)*kvd), rnd((a.Pos+a.T)*kvd)
 				for _, dt := range []format.DType{format.F32, format.F16} {
 					// the reference gets the values the cache holds
-					kcache, vcache := NewCache(dt, len(kc)), NewCache(dt, len(vc))
+					kcache, vcache := NewCache(dt, a.Pos+a.T, a.KVHeads, a.HeadDim), NewCache(dt, a.Pos+a.T, a.KVHeads, a.HeadDim)
 					kcache.Put(0, kc)
 					vcache.Put(0, vc)
 					out := make([]float32, a.T*qd)
@@ -141,14 +148,14 @@ func TestAttentionBatch(t *testing.T) {
 	forEachSet(t, func(t *testing.T, ks *kernelSet) {
 		withPools(t, func(t *testing.T, p *Pool) {
 			for _, a := range []AttnShape{{Heads: 9, KVHeads: 3, HeadDim: 64}, {Heads: 2, KVHeads: 1, HeadDim: 33}} {
-				qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+				qd := a.Heads * a.HeadDim
 				pos := []int{0, 40, 17, 3}
 				B := len(pos)
 				q := rnd(B * qd)
 				for _, dt := range []format.DType{format.F32, format.F16} {
 					kv := make([]Cache, 2*B)
 					for i := range kv {
-						kv[i] = NewCache(dt, (pos[i%B]+1+i)*kvd) // caches longer than the position
+						kv[i] = NewCache(dt, pos[i%B]+1+i, a.KVHeads, a.HeadDim) // caches longer than the position
 						kv[i].Put(0, rnd(kv[i].Len()))
 					}
 					got := make([]float32, B*qd)
@@ -157,7 +164,7 @@ func TestAttentionBatch(t *testing.T) {
 						want := make([]float32, qd)
 						one := a
 						one.Pos, one.T = n, 1
-						Attention(p, want, q[tok*qd:(tok+1)*qd], prefix(kv[tok], (n+1)*kvd), prefix(kv[B+tok], (n+1)*kvd), one)
+						Attention(p, want, q[tok*qd:(tok+1)*qd], prefix(kv[tok], n+1), prefix(kv[B+tok], n+1), one)
 						equalBits(t, got[tok*qd:(tok+1)*qd], want, "AttentionBatch %+v %v token %d", a, dt, tok)
 					}
 				}
@@ -194,4 +201,49 @@ func TestRope(t *testing.T) {
 		}
 		require.Panics(t, func() { Rope(make([]float32, 15), 1, make([]float32, 8), make([]float32, 8)) })
 	})
+}
+
+// TestCacheLayout: Put stores head g's values of position p at (g·P +
+// p)·HeadDim (the documented head-major layout), F16 rounded as
+// format.F32ToF16, and refuses rows that are not whole positions or do not
+// fit.
+func TestCacheLayout(t *testing.T) {
+	const P, heads, hd = 5, 3, 8
+	rows := make([]float32, 2*heads*hd) // positions 2 and 3
+	for i := range rows {
+		rows[i] = float32(i) + 0.1
+	}
+	for _, dt := range []format.DType{format.F32, format.F16} {
+		c := NewCache(dt, P, heads, hd)
+		if c.Positions() != P || c.Len() != P*heads*hd {
+			t.Fatalf("%v: %d positions, %d values", dt, c.Positions(), c.Len())
+		}
+		c.Put(2, rows)
+		for p := 0; p < P; p++ {
+			for g := 0; g < heads; g++ {
+				for e := 0; e < hd; e++ {
+					var want float32
+					if p == 2 || p == 3 {
+						want = rows[((p-2)*heads+g)*hd+e]
+					}
+					off := (g*P+p)*hd + e
+					got := float32(0)
+					if dt == format.F32 {
+						got = c.F32[off]
+					} else {
+						got = format.F16ToF32(c.F16[off])
+						want = format.F16ToF32(format.F32ToF16(want))
+					}
+					if got != want {
+						t.Fatalf("%v: position %d head %d value %d at %d = %v, want %v", dt, p, g, e, off, got, want)
+					}
+				}
+			}
+		}
+		for _, bad := range []struct {
+			pos, n int
+		}{{4, 2 * heads * hd}, {0, heads*hd + 1}, {-1, heads * hd}} {
+			require.Panics(t, func() { c.Put(bad.pos, make([]float32, bad.n)) }, "%v: Put of %d values at %d", dt, bad.n, bad.pos)
+		}
+	}
 }

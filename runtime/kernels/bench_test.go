@@ -397,3 +397,46 @@ func BenchmarkRawGemm(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttentionDecode times one decode token's attention (T = 1) at
+// position n over a layer's KV cache, cycling through enough layers' caches
+// (each its own allocation, as a session's) that they come from memory, as
+// in a decode step that runs every layer in turn. B/s counts the cache
+// bytes read (n+1 positions of keys and values).
+func BenchmarkAttentionDecode(b *testing.B) {
+	shapes := []struct {
+		name                   string
+		heads, kvHeads, layers int
+	}{{"smol", 9, 3, 30}, {"llama1b", 32, 8, 16}}
+	for _, sh := range shapes {
+		for _, d := range []format.DType{format.F32, format.F16} {
+			for _, n := range []int{70, 1000} {
+				for _, th := range benchThreads {
+					b.Run(fmt.Sprintf("%s/%v/pos%d/t%d", sh.name, d, n, th), func(b *testing.B) {
+						a := AttnShape{Heads: sh.heads, KVHeads: sh.kvHeads, HeadDim: 64, Pos: n, T: 1}
+						kvd := a.KVHeads * a.HeadDim
+						copies := max(sh.layers, int(benchStream/int64(2*(n+1)*kvd*d.Size())/8))
+						ks, vs := make([]Cache, copies), make([]Cache, copies)
+						row := benchVec(kvd)
+						for l := range ks {
+							ks[l], vs[l] = NewCache(d, n+1, a.KVHeads, a.HeadDim), NewCache(d, n+1, a.KVHeads, a.HeadDim)
+							for p := 0; p <= n; p++ {
+								ks[l].Put(p, row)
+								vs[l].Put(p, row)
+							}
+						}
+						q, out := benchVec(a.Heads*a.HeadDim), make([]float32, a.Heads*a.HeadDim)
+						p := NewPool(th)
+						defer p.Close()
+						b.SetBytes(int64(2 * (n + 1) * kvd * d.Size()))
+						l := 0
+						for b.Loop() {
+							Attention(p, out, q, ks[l], vs[l], a)
+							l = (l + 1) % copies
+						}
+					})
+				}
+			}
+		}
+	}
+}

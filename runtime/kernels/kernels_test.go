@@ -701,8 +701,8 @@ func TestNoAllocs(t *testing.T) {
 					// decode steps: each one position further into a
 					// 128-position cache, as forward.go calls it
 					a := AttnShape{Heads: 8, KVHeads: 2, HeadDim: 16, T: 1}
-					kc, vc := Cache{F32: randVec(rng, 128*32)}, Cache{F32: randVec(rng, 128*32)}
-					kh, vh := NewCache(format.F16, 128*32), NewCache(format.F16, 128*32)
+					kc, vc := Cache{F32: randVec(rng, 128*32), KVHeads: 2, HeadDim: 16}, Cache{F32: randVec(rng, 128*32), KVHeads: 2, HeadDim: 16}
+					kh, vh := NewCache(format.F16, 128, 2, 16), NewCache(format.F16, 128, 2, 16)
 					q, out := randVec(rng, 8*16), make([]float32, 8*16)
 					cases["Attention"] = func() {
 						a.Pos = (a.Pos + 1) % 127
@@ -710,7 +710,7 @@ func TestNoAllocs(t *testing.T) {
 					}
 					cases["Attention F16 cache"] = func() {
 						a.Pos = (a.Pos + 1) % 127
-						kh.Put(a.Pos*32, q[:32])
+						kh.Put(a.Pos, q[:32])
 						Attention(p, out, q, kh, vh, a)
 					}
 				}
