@@ -401,8 +401,9 @@ func BenchmarkRawGemm(b *testing.B) {
 // BenchmarkAttentionDecode times one decode token's attention (T = 1) at
 // position n over a layer's KV cache, cycling through enough layers' caches
 // (each its own allocation, as a session's) that they come from memory, as
-// in a decode step that runs every layer in turn. B/s counts the cache
-// bytes read (n+1 positions of keys and values).
+// in a decode step that runs every layer in turn; B=4 is AttentionBatch of
+// four such tokens, each over its own caches (a batched server step). B/s
+// counts the cache bytes read (n+1 positions of keys and values a token).
 func BenchmarkAttentionDecode(b *testing.B) {
 	shapes := []struct {
 		name                   string
@@ -411,32 +412,47 @@ func BenchmarkAttentionDecode(b *testing.B) {
 	for _, sh := range shapes {
 		for _, d := range []format.DType{format.F32, format.F16} {
 			for _, n := range []int{70, 1000} {
-				for _, th := range benchThreads {
-					b.Run(fmt.Sprintf("%s/%v/pos%d/t%d", sh.name, d, n, th), func(b *testing.B) {
-						a := AttnShape{Heads: sh.heads, KVHeads: sh.kvHeads, HeadDim: 64, Pos: n, T: 1}
-						kvd := a.KVHeads * a.HeadDim
-						copies := max(sh.layers, int(benchStream/int64(2*(n+1)*kvd*d.Size())/8))
-						ks, vs := make([]Cache, copies), make([]Cache, copies)
-						row := benchVec(kvd)
-						for l := range ks {
-							ks[l], vs[l] = NewCache(d, n+1, a.KVHeads, a.HeadDim), NewCache(d, n+1, a.KVHeads, a.HeadDim)
-							for p := 0; p <= n; p++ {
-								ks[l].Put(p, row)
-								vs[l].Put(p, row)
-							}
-						}
-						q, out := benchVec(a.Heads*a.HeadDim), make([]float32, a.Heads*a.HeadDim)
-						p := NewPool(th)
-						defer p.Close()
-						b.SetBytes(int64(2 * (n + 1) * kvd * d.Size()))
-						l := 0
-						for b.Loop() {
-							Attention(p, out, q, ks[l], vs[l], a)
-							l = (l + 1) % copies
-						}
-					})
+				for _, B := range []int{1, 4} {
+					for _, th := range benchThreads {
+						b.Run(fmt.Sprintf("%s/%v/pos%d/B=%d/t%d", sh.name, d, n, B, th), func(b *testing.B) {
+							benchAttention(b, AttnShape{Heads: sh.heads, KVHeads: sh.kvHeads, HeadDim: 64, Pos: n, T: 1}, d, B, sh.layers, th)
+						})
+					}
 				}
 			}
 		}
+	}
+}
+
+func benchAttention(b *testing.B, a AttnShape, d format.DType, B, layers, threads int) {
+	n, kvd := a.Pos, a.KVHeads*a.HeadDim
+	copies := max(layers, int(benchStream/int64(2*B*(n+1)*kvd*d.Size())/8))
+	kv := make([][]Cache, copies) // each copy: B key caches, then B value caches
+	pos := make([]int, B)
+	row := benchVec(kvd)
+	for l := range kv {
+		kv[l] = make([]Cache, 2*B)
+		for i := range kv[l] {
+			kv[l][i] = NewCache(d, n+1, a.KVHeads, a.HeadDim)
+			for p := 0; p <= n; p++ {
+				kv[l][i].Put(p, row)
+			}
+		}
+	}
+	for t := range pos {
+		pos[t] = n
+	}
+	q, out := benchVec(B*a.Heads*a.HeadDim), make([]float32, B*a.Heads*a.HeadDim)
+	p := NewPool(threads)
+	defer p.Close()
+	b.SetBytes(int64(2 * B * (n + 1) * kvd * d.Size()))
+	l := 0
+	for b.Loop() {
+		if B == 1 {
+			Attention(p, out, q, kv[l][0], kv[l][1], a)
+		} else {
+			AttentionBatch(p, out, q, kv[l], pos, a)
+		}
+		l = (l + 1) % copies
 	}
 }
