@@ -232,11 +232,15 @@ func refRoPE(x, cos, sin []float32) {
 	}
 }
 
-// attention is runtime's: kernels.Attention over the cache.
+// attention is runtime's: kernels.Attention over the cache (the device's
+// rows a position each, copied into kernels' head-major caches).
 func (r *refBackend) attention(out, q, kc, vc Ptr, pos0, T, heads, kvHeads, hd int) {
 	qd, kvd := heads*hd, kvHeads*hd
 	n := pos0 + T
-	kernels.Attention(r.pool, r.f32(out, T*qd), r.f32(q, T*qd), kernels.Cache{F32: r.f32(kc, n*kvd)}, kernels.Cache{F32: r.f32(vc, n*kvd)},
+	k, v := kernels.NewCache(format.F32, n, kvHeads, hd), kernels.NewCache(format.F32, n, kvHeads, hd)
+	k.Put(0, r.f32(kc, n*kvd))
+	v.Put(0, r.f32(vc, n*kvd))
+	kernels.Attention(r.pool, r.f32(out, T*qd), r.f32(q, T*qd), k, v,
 		kernels.AttnShape{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Pos: pos0, T: T})
 }
 
