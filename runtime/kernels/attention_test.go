@@ -87,6 +87,12 @@ func TestAttention(t *testing.T) {
 				{Heads: 2, KVHeads: 1, HeadDim: 33, Pos: 40, T: 1},
 				{Heads: 4, KVHeads: 2, HeadDim: 128, Pos: 70, T: 3}, // the short-row paths
 				{Heads: 6, KVHeads: 2, HeadDim: 96, Pos: 5, T: 1},
+				// blocked (attendBlock): token and position tiles with
+				// tails, value columns past the last gemmT tile
+				{Heads: 4, KVHeads: 2, HeadDim: 64, Pos: 30, T: 37},
+				{Heads: 6, KVHeads: 2, HeadDim: 96, Pos: 0, T: 21},
+				{Heads: 2, KVHeads: 1, HeadDim: 48, Pos: 3, T: 16},
+				{Heads: 4, KVHeads: 1, HeadDim: 128, Pos: 9, T: 18},
 			} {
 				qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 				rnd := func(n int) []float32 {

@@ -456,3 +456,41 @@ func benchAttention(b *testing.B, a AttnShape, d format.DType, B, layers, thread
 		l = (l + 1) % copies
 	}
 }
+
+// BenchmarkAttentionPrefill times the attention of a T-token prompt (Pos 0)
+// computed blocked (attendBlock) and one token-head pair at a time
+// (attendHead, "pairs"); B/s counts the cache bytes of the T positions.
+func BenchmarkAttentionPrefill(b *testing.B) {
+	for _, sh := range []struct {
+		name           string
+		heads, kvHeads int
+	}{{"smol", 9, 3}, {"llama1b", 32, 8}} {
+		for _, T := range []int{64, 512} {
+			for _, d := range []format.DType{format.F32, format.F16} {
+				for _, th := range benchThreads {
+					for _, pairs := range []bool{false, true} {
+						name := fmt.Sprintf("%s/T=%d/%v/t%d/blocked", sh.name, T, d, th)
+						if pairs {
+							name = name[:len(name)-len("blocked")] + "pairs"
+						}
+						b.Run(name, func(b *testing.B) {
+							a := AttnShape{Heads: sh.heads, KVHeads: sh.kvHeads, HeadDim: 64, T: T}
+							kc, vc := NewCache(d, T, a.KVHeads, a.HeadDim), NewCache(d, T, a.KVHeads, a.HeadDim)
+							kc.Put(0, benchVec(T*a.KVHeads*a.HeadDim))
+							vc.Put(0, benchVec(T*a.KVHeads*a.HeadDim))
+							q, out := benchVec(T*a.Heads*a.HeadDim), make([]float32, T*a.Heads*a.HeadDim)
+							p := NewPool(th)
+							defer p.Close()
+							attnPairs = pairs
+							defer func() { attnPairs = false }()
+							b.SetBytes(int64(2 * T * a.KVHeads * a.HeadDim * d.Size()))
+							for b.Loop() {
+								Attention(p, out, q, kc, vc, a)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}

@@ -708,6 +708,17 @@ func TestNoAllocs(t *testing.T) {
 						a.Pos = (a.Pos + 1) % 127
 						Attention(p, out, q, kc, vc, a)
 					}
+					// a prompt of 16 tokens (attendBlock), F16 values
+					// converted in the scratch
+					ab := AttnShape{Heads: 4, KVHeads: 2, HeadDim: 64, Pos: 20, T: 16}
+					kb, vb := NewCache(format.F16, 36, 2, 64), NewCache(format.F16, 36, 2, 64)
+					kb.Put(0, randVec(rng, 36*128))
+					vb.Put(0, randVec(rng, 36*128))
+					qb, outb := randVec(rng, 16*4*64), make([]float32, 16*4*64)
+					if ks.attnBlock(ab) == 0 {
+						t.Fatalf("%s: a 16-token prompt of 64-value heads is not blocked", ks.name)
+					}
+					cases["Attention blocked"] = func() { Attention(p, outb, qb, kb, vb, ab) }
 					cases["Attention F16 cache"] = func() {
 						a.Pos = (a.Pos + 1) % 127
 						kh.Put(a.Pos, q[:32])

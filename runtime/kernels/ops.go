@@ -395,14 +395,19 @@ func (j *job) scratchNeed() (need scratchSize) {
 	case opAttention:
 		// the whole cache's positions, not this call's: a decode step
 		// is one position longer than the last
-		need.att = j.attn.Pos + j.attn.T
-		if kvd := j.attn.KVHeads * j.attn.HeadDim; kvd > 0 {
-			need.att = max(need.att, j.k.Len()/kvd)
-			for _, c := range j.kvb[:len(j.kvb)/2] {
-				need.att = max(need.att, c.Len()/kvd)
+		n := max(j.attn.Pos+j.attn.T, j.k.Positions())
+		for _, c := range j.kvb[:len(j.kvb)/2] {
+			n = max(n, c.Positions())
+		}
+		need.att = (n + 15) &^ 15 // attendHead's padding
+		if j.t > 0 {
+			// attendBlock: j.t tokens' scores, and an F16 cache's
+			// values as float32
+			need.att *= j.t
+			if j.k.F16 != nil {
+				need.att += n * j.attn.HeadDim
 			}
 		}
-		need.att = (need.att + 15) &^ 15 // attendHead's padding
 	case opMatMul, opMatMulTok:
 		if j.ks.intPrefill(j.w) {
 			need.qw = j.ks.qgemmScratch(j.w.Cols)
