@@ -101,6 +101,10 @@ func EstimateMemory(c Config, fileBytes, tokenizerBytes int64, context, prompt, 
 		scratch = kernels.PackScratchBytes(threads, int(max(I, qd, H)), c.Hidden)
 		// and, on block-quantized weights, quantizes x once per product
 		scratch += kernels.QuantizedXBytes(int(T), int(max(I, qd, H)))
+		// and runs attention in blocks of tokens, whose scores (and an
+		// F16 cache's values as float32: counted for either cache) each
+		// thread keeps
+		scratch += kernels.AttentionScratchBytes(threads, prompt, prompt, c.HeadDim, true)
 	}
 	m.Buffers = rope + acts + logits + scratch
 	m.TokenizerLive = int64(tokenizerLivePerByte * float64(tokenizerBytes))

@@ -18,6 +18,7 @@ func TestEstimateMemoryParts(t *testing.T) {
 	logits := int64(128256 * 4)
 	scratch := int64(2 * 1024 * 256 * 4)   // 8192 rows in 8 chunks, 256 deep
 	scratch += 2048 * 256 * (64 + 8 + 128) // x of 8192 as int8 blocks and back, 2048 tokens
+	scratch += 2 * (16*2048 + 2048*64) * 4 // blocked attention: 16 tokens' scores, the values as float32
 	require.Equal(t, rope+acts+logits+scratch, m.Buffers)
 	require.Equal(t, int64(30_400_000), m.TokenizerLive)
 	require.Equal(t, int64(72_352_000), m.TokenizerPeak)

@@ -136,8 +136,9 @@ func (c Cache) fits(a AttnShape, n int) bool {
 // whose scores and values go through the matrix micro-kernels
 // (attendBlock): BenchmarkAttentionPrefill, 2-vCPU Intel Xeon, blocks
 // against pairs in one run, Llama-3.2-1B's heads over a 512-token prompt
-// 32.7 → 21.7 ms at one thread and 17.3 → 11.7 at two (F32 cache; F16
-// 31.3 → 24.3 and 17.6 → 13.1), SmolLM2-135M's over 64 tokens 181 → 138 µs;
+// 30.4 → 21.0 ms at one thread and 16.3 → 10.5 at two (F32 cache; F16
+// 30.6 → 23.0 and 17.4 → 11.7), SmolLM2-135M's over 64 tokens 171 → 141 µs
+// at one thread and 103 → 79 at two;
 // the 1B-shape Q4_0 file's prefill of 1024 tokens at two threads (sinf
 // bench, two alternated rounds) 202–205 → 217–222 tokens/s. Softmax is
 // computed in float32 with the maximum subtracted.
@@ -159,6 +160,30 @@ func Attention(p *Pool, out, q []float32, kc, vc Cache, a AttnShape) {
 // attnTokens is the query tokens one unit of a blocked Attention computes
 // (attendBlock), a multiple of every set's gemm tokens (gt).
 const attnTokens = 16
+
+// attnScratch is the float32s of scratch a unit of a blocked Attention
+// over positions positions of heads of headDim values uses: attnTokens
+// tokens' scores (positions rounded up to 16), and for an F16 cache the
+// positions' values as float32.
+func attnScratch(positions, headDim int, f16 bool) int {
+	n := attnTokens * ((positions + 15) &^ 15)
+	if f16 {
+		n += positions * headDim
+	}
+	return n
+}
+
+// AttentionScratchBytes is the scratch memory threads kernel threads hold
+// after an Attention of tokens new tokens over positions positions of heads
+// of headDim values, F16 or float32 cache, where it runs blocked (tokens ≥
+// attnTokens: attnScratch float32s each; 0 otherwise, the one-pair scratch
+// being a row of scores): runtime.EstimateMemory.
+func AttentionScratchBytes(threads, tokens, positions, headDim int, f16 bool) int64 {
+	if tokens < attnTokens {
+		return 0
+	}
+	return int64(threads) * int64(attnScratch(positions, headDim, f16)) * 4
+}
 
 // attnPairs makes Attention compute one token-head pair at a time always
 // (benchmarks only: BenchmarkAttentionPrefill's "pairs").
@@ -184,9 +209,10 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 	a := j.attn
 	hd := a.HeadDim
 	qd := a.Heads * hd
-	if j.t > 0 { // blocked: unit u is head u%Heads of tokens [tb·(u/Heads), +tb)
+	if j.t > 0 { // blocked: unit u is head u%Heads of block u/Heads in balancedToken's order
+		nblk := (a.T + j.t - 1) / j.t
 		for u := lo; u < hi; u++ {
-			t0 := u / a.Heads * j.t
+			t0 := balancedToken(u/a.Heads, nblk) * j.t
 			attendBlock(ks, j.dst, j.x, j.k, j.v, u%a.Heads, t0, min(t0+j.t, a.T), a, s.att)
 		}
 		return
@@ -259,10 +285,13 @@ func attendHead(ks *kernelSet, o, qh []float32, kc, vc Cache, h, n int, a AttnSh
 // and positions at once (gemm: each key row read once for gt tokens), then
 // each token's softmax over its own positions (the later ones set to −Inf,
 // whose e^(x−max) is exactly 0), then the values (gemmT: each value row
-// once for tt tokens). att is the scratch: (t1−t0)·ns scores, ns the last
-// token's positions rounded up to 16, and for an F16 cache those positions'
-// values converted to float32. The sums differ from attendHead's in their
-// order only (TestAttention's tolerance against float64).
+// once for tt tokens, over the positions all of them see). att is the
+// scratch: (t1−t0)·ns scores, ns the last token's positions rounded up to
+// 16, and for an F16 cache those positions' values converted to float32
+// (attnScratch). The sums differ from attendHead's in their order only
+// (TestAttention's tolerance against float64), except where a weight
+// underflowed to exactly 0 against a value of ±Inf or NaN: attendHead skips
+// the term, gemmT's 0·Inf is a NaN.
 func attendBlock(ks *kernelSet, out, q []float32, kc, vc Cache, h, t0, t1 int, a AttnShape, att []float32) {
 	hd, qd := a.HeadDim, a.Heads*a.HeadDim
 	g := h / (a.Heads / a.KVHeads)
@@ -321,11 +350,22 @@ func attendBlock(ks *kernelSet, out, q []float32, kc, vc Cache, h, t0, t1 int, a
 	ct := hd / ks.tc * ks.tc
 	t = t0
 	for ; t+ks.tt <= t1; t += ks.tt {
+		// gemmT over the positions every token of the tile sees (it
+		// multiplies zero weights too: a later position's Inf value would
+		// make an earlier token's 0·Inf a NaN), then each token's own later
+		// positions, and the columns past the last tile
+		p0 := a.Pos + t + 1
 		for c := 0; c < ct; c += ks.tc {
-			ks.gemmT(unsafe.Add(v, 4*c), 4*hd, &scores(t)[0], 4*ns, &out[t*qd+h*hd+c], 4*qd, a.Pos+t+ks.tt)
+			ks.gemmT(unsafe.Add(v, 4*c), 4*hd, &scores(t)[0], 4*ns, &out[t*qd+h*hd+c], 4*qd, p0)
 		}
-		for u := t; ct < hd && u < t+ks.tt; u++ {
-			addValues(ks, out[u*qd+h*hd:u*qd+(h+1)*hd], v, ct, scores(u)[:a.Pos+u+1])
+		for u := t; u < t+ks.tt; u++ {
+			o := out[u*qd+h*hd : u*qd+(h+1)*hd]
+			if ct < hd {
+				addValues(ks, o, v, ct, scores(u)[:p0])
+			}
+			if n := a.Pos + u + 1; n > p0 {
+				addValues(ks, o, unsafe.Add(v, 4*hd*p0), 0, scores(u)[p0:n])
+			}
 		}
 	}
 	for ; t < t1; t++ {

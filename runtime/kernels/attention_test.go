@@ -93,6 +93,11 @@ func TestAttention(t *testing.T) {
 				{Heads: 6, KVHeads: 2, HeadDim: 96, Pos: 0, T: 21},
 				{Heads: 2, KVHeads: 1, HeadDim: 48, Pos: 3, T: 16},
 				{Heads: 4, KVHeads: 1, HeadDim: 128, Pos: 9, T: 18},
+				// heads narrower than AVX2's gemmT tile and NEON's element
+				// block (the column and F16 conversion tails), and the
+				// generic set's only (gblk 1)
+				{Heads: 2, KVHeads: 1, HeadDim: 40, Pos: 1, T: 19},
+				{Heads: 2, KVHeads: 1, HeadDim: 20, Pos: 2, T: 17},
 			} {
 				qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 				rnd := func(n int) []float32 {
@@ -105,7 +110,8 @@ func TestAttention(t *testing.T) {
 				q, kc, vc := rnd(a.T*qd), rnd((a.Pos+a.T)*kvd), rnd((a.Pos+a.T)*kvd)
 				for _, dt := range []format.DType{format.F32, format.F16} {
 					// the reference gets the values the cache holds
-					kcache, vcache := NewCache(dt, a.Pos+a.T, a.KVHeads, a.HeadDim), NewCache(dt, a.Pos+a.T, a.KVHeads, a.HeadDim)
+					// caches longer than the positions, as a session's
+					kcache, vcache := NewCache(dt, a.Pos+a.T+3, a.KVHeads, a.HeadDim), NewCache(dt, a.Pos+a.T+3, a.KVHeads, a.HeadDim)
 					kcache.Put(0, kc)
 					vcache.Put(0, vc)
 					out := make([]float32, a.T*qd)
@@ -252,4 +258,34 @@ func TestCacheLayout(t *testing.T) {
 			require.Panics(t, func() { c.Put(bad.pos, make([]float32, bad.n)) }, "%v: Put of %d values at %d", dt, bad.n, bad.pos)
 		}
 	}
+}
+
+// TestAttentionInfValue: a value of +Inf at the last position reaches only
+// the last token's output (an Inf or a NaN there), every earlier token's
+// stays finite and as with the last position's values finite (the blocked
+// path's tiles must not multiply an earlier token's zero weight by a later
+// position's value), on every set.
+func TestAttentionInfValue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	a := AttnShape{Heads: 4, KVHeads: 2, HeadDim: 64, Pos: 3, T: 20}
+	kvd, qd := a.KVHeads*a.HeadDim, a.Heads*a.HeadDim
+	n := a.Pos + a.T
+	q, kv, vv := randVec(rng, a.T*qd), randVec(rng, n*kvd), randVec(rng, n*kvd)
+	forEachSet(t, func(t *testing.T, ks *kernelSet) {
+		withPools(t, func(t *testing.T, p *Pool) {
+			for _, dt := range []format.DType{format.F32, format.F16} {
+				kc, vc := NewCache(dt, n, a.KVHeads, a.HeadDim), NewCache(dt, n, a.KVHeads, a.HeadDim)
+				kc.Put(0, kv)
+				vc.Put(0, vv)
+				want := make([]float32, a.T*qd)
+				Attention(p, want, q, kc, vc, a)
+				last := slices.Clone(vv[(n-1)*kvd:])
+				last[0] = float32(math.Inf(1))
+				vc.Put(n-1, last)
+				got := make([]float32, a.T*qd)
+				Attention(p, got, q, kc, vc, a)
+				equalBits(t, got[:(a.T-1)*qd], want[:(a.T-1)*qd], "%v cache: tokens before the last", dt)
+			}
+		})
+	})
 }

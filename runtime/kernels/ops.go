@@ -374,6 +374,9 @@ func (j *job) chunkMin() int {
 	if j.op == opSwiGLU {
 		return swigluMinChunk
 	}
+	if j.op == opAttention && j.t > 0 {
+		return 1 // a unit is a head's attnTokens tokens
+	}
 	return minChunk
 }
 
@@ -386,7 +389,8 @@ func (j *job) alignRequired() bool {
 
 // scratchNeed returns the float32s of worker scratch that any chunk of the
 // job uses: pack and qw for MatMulRowsT (matMulTRange), qw for MatMul on
-// block-quantized rows (qmatMulRange), att for Attention (the cache's length, rounded up to 16). They depend on the
+// block-quantized rows (qmatMulRange), att for Attention (the cache's
+// length, rounded up to 16; a blocked call's attnScratch). They depend on the
 // job's shape only, not on the chunk, so the pool sizes every worker's
 // scratch once per shape before the call (Pool.reserve) and a worker that
 // joins late, or first takes the short last chunk, allocates nothing.
@@ -400,13 +404,9 @@ func (j *job) scratchNeed() (need scratchSize) {
 			n = max(n, c.Positions())
 		}
 		need.att = (n + 15) &^ 15 // attendHead's padding
+		// attendBlock: sized for this call's positions
 		if j.t > 0 {
-			// attendBlock: j.t tokens' scores, and an F16 cache's
-			// values as float32
-			need.att *= j.t
-			if j.k.F16 != nil {
-				need.att += n * j.attn.HeadDim
-			}
+			need.att = max(need.att, attnScratch(j.attn.Pos+j.attn.T, j.attn.HeadDim, j.k.F16 != nil))
 		}
 	case opMatMul, opMatMulTok:
 		if j.ks.intPrefill(j.w) {

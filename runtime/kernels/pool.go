@@ -99,7 +99,7 @@ func (p *Pool) Stats() PoolStats { return p.stats }
 // scratch is a worker's private buffer space, kept across calls.
 type scratch struct {
 	pack []float32 // MatMulRowsT's float32 copy of a weight block
-	att  []float32 // Attention's scores for one token-head pair
+	att  []float32 // Attention's scores for one token-head pair, or a block's (attendBlock)
 	xq   []int8    // the caller's: MatVec's x as int8 blocks (block-quantized weights)
 	xd   []float32 // and their scales
 	xb   []byte    // the caller's: MatVecBatch's x in qBatchLayout
