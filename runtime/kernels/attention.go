@@ -238,42 +238,13 @@ func attentionRange(ks *kernelSet, j *job, lo, hi int, s *scratch) {
 // exponentials run as one expSum call, the padding set to −Inf, whose
 // e^(x−max) is exactly 0).
 func attendHead(ks *kernelSet, o, qh []float32, kc, vc Cache, h, n int, a AttnShape, att []float32) {
-	hd := a.HeadDim
-	nb := hd / ks.blk * ks.blk
-	scale := float32(1 / math.Sqrt(float64(hd)))
 	g := h / (a.Heads / a.KVHeads)
 	k, d, es := kc.head(g)
-	pad := att[n : (n+15)&^15]
-	att = att[:n]
-	if nb > 0 {
-		ks.dotRows[d](k, es*hd, nil, &qh[0], nb, n, &att[0], 0)
-	} else {
-		clear(att)
-	}
-	maxv := float32(math.Inf(-1))
-	for pos := range att {
-		if nb < hd {
-			att[pos] += genericSet.dot1[d](unsafe.Add(k, es*(pos*hd+nb)), &qh[nb], hd-nb)
-		}
-		v := att[pos] * scale
-		att[pos] = v
-		if v > maxv { // NaN: its e^(x−max) makes the sum NaN all the same
-			maxv = v
-		}
-	}
-	for i := range pad {
-		pad[i] = float32(math.Inf(-1))
-	}
-	sum := ks.expSum(&att[0], n+len(pad), maxv)
-	clear(o)
 	v, _, _ := vc.head(g)
-	if nb > 0 {
-		ks.axpyRows[d](&o[0], v, es*hd, nil, &att[0], nb, n, 0)
-	}
-	if nb < hd {
-		genericSet.axpyRows[d](&o[nb], unsafe.Add(v, es*nb), es*hd, nil, &att[0], hd-nb, n, 0)
-	}
-	inv := 1 / sum
+	dotKeys(ks, d, es, k, qh, att[:n])
+	inv := softmaxRow(ks, att, n, a.HeadDim)
+	clear(o)
+	addValues(ks, d, es, o, v, 0, att[:n])
 	for i := range o {
 		o[i] *= inv
 	}
@@ -317,22 +288,10 @@ func attendBlock(ks *kernelSet, out, q []float32, kc, vc Cache, h, t0, t1 int, a
 		dotKeys(ks, d, es, k, q[t*qd+h*hd:t*qd+(h+1)*hd], scores(t)[:a.Pos+t+1])
 	}
 	var inv [attnTokens]float32
-	scale := float32(1 / math.Sqrt(float64(hd)))
 	for t := t0; t < t1; t++ {
 		st, n := scores(t), a.Pos+t+1
-		maxv := float32(math.Inf(-1))
-		for p := range st[:n] {
-			st[p] *= scale
-			if st[p] > maxv { // NaN: as attendHead
-				maxv = st[p]
-			}
-		}
-		n16 := (n + 15) &^ 15
-		for p := n; p < n16; p++ {
-			st[p] = float32(math.Inf(-1))
-		}
-		inv[t-t0] = 1 / ks.expSum(&st[0], n16, maxv)
-		clear(st[n16:]) // later positions the gemm computed
+		inv[t-t0] = softmaxRow(ks, st, n, hd)
+		clear(st[(n+15)&^15:]) // later positions the gemm computed
 		clear(out[t*qd+h*hd : t*qd+(h+1)*hd])
 	}
 	if d == 1 { // gemmT reads float32 rows
@@ -361,15 +320,15 @@ func attendBlock(ks *kernelSet, out, q []float32, kc, vc Cache, h, t0, t1 int, a
 		for u := t; u < t+ks.tt; u++ {
 			o := out[u*qd+h*hd : u*qd+(h+1)*hd]
 			if ct < hd {
-				addValues(ks, o, v, ct, scores(u)[:p0])
+				addValues(ks, 0, 4, o, v, ct, scores(u)[:p0])
 			}
 			if n := a.Pos + u + 1; n > p0 {
-				addValues(ks, o, unsafe.Add(v, 4*hd*p0), 0, scores(u)[p0:n])
+				addValues(ks, 0, 4, o, unsafe.Add(v, 4*hd*p0), 0, scores(u)[p0:n])
 			}
 		}
 	}
 	for ; t < t1; t++ {
-		addValues(ks, out[t*qd+h*hd:t*qd+(h+1)*hd], v, 0, scores(t)[:a.Pos+t+1])
+		addValues(ks, 0, 4, out[t*qd+h*hd:t*qd+(h+1)*hd], v, 0, scores(t)[:a.Pos+t+1])
 	}
 	for t := t0; t < t1; t++ {
 		o := out[t*qd+h*hd : t*qd+(h+1)*hd]
@@ -394,16 +353,39 @@ func dotKeys(ks *kernelSet, d, es int, k unsafe.Pointer, q, dst []float32) {
 	}
 }
 
+// softmaxRow turns st[:n], one token's scores over n positions, into
+// e^(x−max), x = score/√headDim, setting st[n:] up to a multiple of 16 to
+// −Inf (whose e^(x−max) is exactly 0) so that one expSum call runs on
+// whole vectors; it returns 1/Σ. A NaN score makes the sum NaN, whatever
+// the maximum.
+func softmaxRow(ks *kernelSet, st []float32, n, headDim int) float32 {
+	scale := float32(1 / math.Sqrt(float64(headDim)))
+	maxv := float32(math.Inf(-1))
+	for p := range st[:n] {
+		v := st[p] * scale
+		st[p] = v
+		if v > maxv {
+			maxv = v
+		}
+	}
+	n16 := (n + 15) &^ 15
+	for p := n; p < n16; p++ {
+		st[p] = float32(math.Inf(-1))
+	}
+	return 1 / ks.expSum(&st[0], n16, maxv)
+}
+
 // addValues adds Σ_p w[p]·v_p[c] to o[c] for c in [c0, len(o)), v_p the
-// float32 rows of len(o) values at v.
-func addValues(ks *kernelSet, o []float32, v unsafe.Pointer, c0 int, w []float32) {
+// rows of len(o) values of dtype index d (es bytes each) at v; terms with
+// w[p] = 0 are skipped (axpyRows).
+func addValues(ks *kernelSet, d, es int, o []float32, v unsafe.Pointer, c0 int, w []float32) {
 	hd := len(o)
 	nb := (hd - c0) / ks.blk * ks.blk
 	if nb > 0 {
-		ks.axpyRows[0](&o[c0], unsafe.Add(v, 4*c0), 4*hd, nil, &w[0], nb, len(w), 0)
+		ks.axpyRows[d](&o[c0], unsafe.Add(v, es*c0), es*hd, nil, &w[0], nb, len(w), 0)
 	}
 	if c := c0 + nb; c < hd {
-		genericSet.axpyRows[0](&o[c], unsafe.Add(v, 4*c), 4*hd, nil, &w[0], hd-c, len(w), 0)
+		genericSet.axpyRows[d](&o[c], unsafe.Add(v, es*c), es*hd, nil, &w[0], hd-c, len(w), 0)
 	}
 }
 
