@@ -48,6 +48,7 @@ type Batcher struct {
 	steps, tokens atomic.Uint64
 	kv            []kernels.Cache // attention's caches and positions, one step's
 	pos           []int
+	ahead         []kernels.Ahead // decodeAhead's, made at the first step
 }
 
 // batchReq is one session's request: a decode step of id, or (fn non-nil)
@@ -241,7 +242,12 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 	for t, id := range ids {
 		m.Embed.RowF32(x[t*H:(t+1)*H], id)
 	}
+	if b.ahead == nil {
+		b.ahead = decodeAhead(m)
+	}
+	defer b.pool.Prefetch(nil)
 	for i := range m.Layers {
+		b.pool.Prefetch(&b.ahead[i+1]) // as Session.forward reads ahead
 		b.attention(ss, i)
 		b.ffn(ss, i)
 	}

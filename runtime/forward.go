@@ -49,6 +49,10 @@ type Session struct {
 	breq            batchReq   // this session's request to batch (reused)
 
 	buf buffers
+	// ahead[i]: the weights of layer i that the pool's idle workers read
+	// ahead during a decode step's layer i−1 (i = layers: the LM head;
+	// decodeAhead)
+	ahead []kernels.Ahead
 }
 
 type buffers struct {
@@ -83,7 +87,8 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 		ctx = min(c.MaxContext(), DefaultContext)
 	}
 	ctx = min(ctx, c.MaxContext())
-	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([]kernels.Cache, c.Layers), vcache: make([]kernels.Cache, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers)}
+	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([]kernels.Cache, c.Layers), vcache: make([]kernels.Cache, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers),
+		ahead: decodeAhead(m)}
 	for i := range s.kcache {
 		s.kcache[i] = kernels.NewCache(m.KVCacheType(), ctx, c.KVHeads, c.HeadDim)
 		s.vcache[i] = kernels.NewCache(m.KVCacheType(), ctx, c.KVHeads, c.HeadDim)
@@ -99,6 +104,25 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 		}
 	}
 	return s
+}
+
+// decodeAhead returns, for each layer i of m, the weights of layer i that a
+// decode step reads whole whatever neurons it computes: q_proj, k_proj,
+// v_proj, o_proj and gate_proj (GateFirst reads every stored gate row), and
+// after the last layer the LM head. forward hands layer i+1's to
+// Pool.Prefetch as layer i begins, so the pool's idle workers read them
+// while they would otherwise wait on the caller (norms, RoPE, GateFirst's
+// pick) or on its last chunk. The rest of a layer's MLP is left to the
+// calls: GateFirst and the active sets read some of its rows only, and a
+// layer's gaps read about its attention and gate on the SmolLM2-135M shape.
+// Figures (2 threads, 2-vCPU Intel Xeon, in-process alternation): README.
+func decodeAhead(m *Model) []kernels.Ahead {
+	a := make([]kernels.Ahead, len(m.Layers)+1)
+	for i, l := range m.Layers {
+		a[i].Mats = []kernels.Mat{l.Q, l.K, l.V, l.O, l.MLP.Gate}
+	}
+	a[len(m.Layers)].Mats = []kernels.Mat{m.LMHead}
+	return a
 }
 
 // Context returns the session's context length; Pos the positions filled.
@@ -226,7 +250,11 @@ func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 	for t, id := range tokens {
 		s.m.Embed.RowF32(x[t*H:(t+1)*H], id)
 	}
+	defer s.pool.Prefetch(nil) // nothing to read ahead between steps
 	for i := range s.m.Layers {
+		if T == 1 {
+			s.pool.Prefetch(&s.ahead[i+1])
+		}
 		s.attention(i, T)
 		s.ffn(i, T)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,4 +69,41 @@ func TestPoolFault(t *testing.T) {
 		MatVec(p, dst, good, x) // the pool still answers
 	}
 	require.NotZero(t, workerChunks, "the worker never took a chunk of a faulting call, so its recover was not exercised")
+}
+
+// TestPrefetchFault: weights read ahead (Pool.Prefetch) whose mapped pages
+// have gone end the worker's reading ahead without killing the process;
+// the pool goes on answering.
+func TestPrefetchFault(t *testing.T) {
+	const n = 64 << 10
+	path := filepath.Join(t.TempDir(), "w")
+	require.NoError(t, os.WriteFile(path, make([]byte, n), 0o644))
+	fd, err := os.Open(path)
+	require.NoError(t, err)
+	data, err := unix.Mmap(int(fd.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	fd.Close()
+	require.NoError(t, err)
+	defer unix.Munmap(data)
+	require.NoError(t, os.Truncate(path, 0))
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	if r := func() (r any) {
+		defer func() { r = recover() }()
+		faultSink = data[0]
+		return nil
+	}(); !IsFault(r) {
+		t.Skipf("this platform reports a read past the end of a truncated mapping as %v, not as a fault with its address (qemu-user does)", r)
+	}
+	good, err := NewMat(format.Tensor{Name: "g", DType: format.F32, Shape: []int{256, 64}, Data: make([]byte, 256*64*4)})
+	require.NoError(t, err)
+	p := NewPool(2)
+	defer p.Close()
+	p.testFixed = true
+	var pages atomic.Int32
+	p.testAhead = func(int, int, int) { pages.Add(1) }
+	p.Prefetch(&Ahead{Mats: []Mat{{DType: format.F32, Rows: 1, Cols: n / 4, Data: data}}})
+	x, dst := make([]float32, 64), make([]float32, 256)
+	for range 2000 { // the worker reads ahead after each call, and faults
+		MatVec(p, dst, good, x)
+	}
+	require.Zero(t, pages.Load(), "a page of the truncated mapping was read")
 }

@@ -37,9 +37,10 @@ type Pool struct {
 	state   atomic.Uint64 // gen<<genShift | next chunk<<chunkBits | chunks
 	done    atomic.Int32  // chunks of the current call finished
 	closed  atomic.Bool
-	parked  []atomic.Bool   // parked[i]: worker i+1 is (about to be) asleep on wake[i]
-	wake    []chan struct{} // one-slot wake-up channels
-	waiting atomic.Bool     // the caller is (about to be) asleep on finished
+	ahead   atomic.Pointer[Ahead] // weights for idle workers to read ahead (Prefetch)
+	parked  []atomic.Bool         // parked[i]: worker i+1 is (about to be) asleep on wake[i]
+	wake    []chan struct{}       // one-slot wake-up channels
+	waiting atomic.Bool           // the caller is (about to be) asleep on finished
 	// finished has one slot: the worker that finishes a call's last chunk
 	// wakes the caller through it.
 	finished chan struct{}
@@ -57,6 +58,9 @@ type Pool struct {
 	// does nothing, so a test's outcome does not depend on the machine's
 	// load.
 	testFixed bool
+	// testAhead, when set (tests only), runs in worker i after it read
+	// the page at a.Mats[mi].Data[off:] of the pool's Ahead.
+	testAhead func(worker, mi, off int)
 	// testSched, when set (tests only, before the first call), replaces
 	// the schedstat reader: a thread's time on a CPU and run delay, ns.
 	testSched func(tid int64) (run, wait int64, ok bool)
@@ -243,8 +247,10 @@ func (p *Pool) worker(i int) {
 	s := p.scratch[i+1]
 	var seen uint64
 	fresh := func() bool { return p.state.Load()>>genShift != seen }
+	var ra readAhead
+	ready := func() bool { return fresh() || ra.pending(p) }
 	for {
-		for !spin(fresh, workerSpin) {
+		for !spin(ready, workerSpin) {
 			// Park: announce it, look once more, then sleep unless a call
 			// slipped in (the caller wakes a worker it finds parked).
 			p.parked[i].Store(true)
@@ -255,6 +261,10 @@ func (p *Pool) worker(i int) {
 		}
 		if p.closed.Load() {
 			return
+		}
+		if !fresh() { // weights to read ahead, and no call yet
+			ra.run(p, i, fresh)
+			continue
 		}
 		seen = p.state.Load() >> genShift
 		if p.testClaim != nil {
