@@ -245,12 +245,12 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 	if b.ahead == nil {
 		b.ahead = decodeAhead(m)
 	}
-	defer b.pool.Prefetch(nil)
 	for i := range m.Layers {
 		b.pool.Prefetch(&b.ahead[i+1]) // as Session.forward reads ahead
 		b.attention(ss, i)
 		b.ffn(ss, i)
 	}
+	b.pool.Prefetch(nil)
 	xb := bf.xb[:B*H]
 	normRows(xb, x, m.Norm, B, c.RMSNormEps)
 	if need := B * c.Vocab; len(bf.logits) < need {

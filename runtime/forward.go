@@ -250,7 +250,6 @@ func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 	for t, id := range tokens {
 		s.m.Embed.RowF32(x[t*H:(t+1)*H], id)
 	}
-	defer s.pool.Prefetch(nil) // nothing to read ahead between steps
 	for i := range s.m.Layers {
 		if T == 1 {
 			s.pool.Prefetch(&s.ahead[i+1])
@@ -258,6 +257,9 @@ func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 		s.attention(i, T)
 		s.ffn(i, T)
 	}
+	// The LM head's call reads it now: pages read ahead after this would
+	// be ones it has read (and would slow its last chunk).
+	s.pool.Prefetch(nil)
 	// Final norm and LM head: all positions, or only the last.
 	first := 0
 	if !all {
