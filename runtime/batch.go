@@ -48,7 +48,8 @@ type Batcher struct {
 	steps, tokens atomic.Uint64
 	kv            []kernels.Cache // attention's caches and positions, one step's
 	pos           []int
-	ahead         []kernels.Ahead // decodeAhead's, made at the first step
+	// decodeAhead's, made at the first step
+	ahead, aheadAttn []kernels.Ahead
 }
 
 // batchReq is one session's request: a decode step of id, or (fn non-nil)
@@ -242,11 +243,9 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 	for t, id := range ids {
 		m.Embed.RowF32(x[t*H:(t+1)*H], id)
 	}
-	if b.ahead == nil {
-		b.ahead = decodeAhead(m)
-	}
+	defer b.pool.Prefetch(nil) // a panic leaves no weights named
 	for i := range m.Layers {
-		b.pool.Prefetch(&b.ahead[i+1]) // as Session.forward reads ahead
+		b.pool.Prefetch(b.aheadFor(ss, i+1)) // as Session.forward reads ahead
 		b.attention(ss, i)
 		b.ffn(ss, i)
 	}
@@ -266,6 +265,23 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 		s.pos++
 	}
 	return nil
+}
+
+// aheadFor is Session.aheadFor for a step of the sessions ss: with
+// gate_proj where any of them reads it whole.
+func (b *Batcher) aheadFor(ss []*Session, i int) *kernels.Ahead {
+	if b.ahead == nil {
+		b.ahead, b.aheadAttn = decodeAhead(b.m)
+	}
+	if i < len(b.m.Layers) {
+		for _, s := range ss {
+			if s.gateWhole(i) {
+				return &b.ahead[i]
+			}
+		}
+		return &b.aheadAttn[i]
+	}
+	return &b.ahead[i]
 }
 
 // attention is Session.attention for one token of each session, at its own

@@ -50,9 +50,9 @@ type Session struct {
 
 	buf buffers
 	// ahead[i]: the weights of layer i that the pool's idle workers read
-	// ahead during a decode step's layer i−1 (i = layers: the LM head;
-	// decodeAhead)
-	ahead []kernels.Ahead
+	// ahead during a decode step's layer i−1 (i = layers: the LM head);
+	// aheadAttn[i] the same without gate_proj (decodeAhead)
+	ahead, aheadAttn []kernels.Ahead
 }
 
 type buffers struct {
@@ -87,8 +87,8 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 		ctx = min(c.MaxContext(), DefaultContext)
 	}
 	ctx = min(ctx, c.MaxContext())
-	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([]kernels.Cache, c.Layers), vcache: make([]kernels.Cache, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers),
-		ahead: decodeAhead(m)}
+	s := &Session{m: m, pool: pool, ctx: ctx, kcache: make([]kernels.Cache, c.Layers), vcache: make([]kernels.Cache, c.Layers), active: make([][]int32, c.Layers), perToken: make([]int, c.Layers), gateW: make([][]float32, c.Layers)}
+	s.ahead, s.aheadAttn = decodeAhead(m)
 	for i := range s.kcache {
 		s.kcache[i] = kernels.NewCache(m.KVCacheType(), ctx, c.KVHeads, c.HeadDim)
 		s.vcache[i] = kernels.NewCache(m.KVCacheType(), ctx, c.KVHeads, c.HeadDim)
@@ -107,22 +107,44 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 }
 
 // decodeAhead returns, for each layer i of m, the weights of layer i that a
-// decode step reads whole whatever neurons it computes: q_proj, k_proj,
-// v_proj, o_proj and gate_proj (GateFirst reads every stored gate row), and
-// after the last layer the LM head. forward hands layer i+1's to
-// Pool.Prefetch as layer i begins, so the pool's idle workers read them
-// while they would otherwise wait on the caller (norms, RoPE, GateFirst's
-// pick) or on its last chunk. The rest of a layer's MLP is left to the
-// calls: GateFirst and the active sets read some of its rows only, and a
-// layer's gaps read about its attention and gate on the SmolLM2-135M shape.
-// Figures (2 threads, 2-vCPU Intel Xeon, in-process alternation): README.
-func decodeAhead(m *Model) []kernels.Ahead {
-	a := make([]kernels.Ahead, len(m.Layers)+1)
+// decode step reads whole: q_proj, k_proj, v_proj, o_proj and gate_proj
+// (GateFirst reads every stored gate row, as dense decode does), and after
+// the last layer the LM head; and the same without gate_proj, for a layer
+// whose active set reads some of its gate rows only (Session.aheadFor).
+// forward hands layer i+1's to Pool.Prefetch as layer i begins, so the
+// pool's idle workers read them while they would otherwise wait on the
+// caller (norms, RoPE, GateFirst's pick) or on its last chunk. The rest of
+// a layer's MLP is left to the calls: GateFirst and the active sets read
+// some of its rows only, and on the SmolLM2-135M shape a layer's gaps read
+// about its attention and gate. Figures (2 threads, 2-vCPU Intel Xeon):
+// README, Threads.
+func decodeAhead(m *Model) (whole, attn []kernels.Ahead) {
+	whole = make([]kernels.Ahead, len(m.Layers)+1)
+	attn = make([]kernels.Ahead, len(m.Layers)+1)
 	for i, l := range m.Layers {
-		a[i].Mats = []kernels.Mat{l.Q, l.K, l.V, l.O, l.MLP.Gate}
+		whole[i].Mats = []kernels.Mat{l.Q, l.K, l.V, l.O, l.MLP.Gate}
+		attn[i].Mats = whole[i].Mats[:4]
 	}
-	a[len(m.Layers)].Mats = []kernels.Mat{m.LMHead}
-	return a
+	whole[len(m.Layers)].Mats = []kernels.Mat{m.LMHead}
+	attn[len(m.Layers)] = whole[len(m.Layers)]
+	return whole, attn
+}
+
+// aheadFor returns the weights of layer i (i = layers: the LM head) to read
+// ahead in decode: decodeAhead's, without gate_proj where the layer's
+// active set reads some of its rows only.
+func (s *Session) aheadFor(i int) *kernels.Ahead {
+	if i < len(s.active) && !s.gateWhole(i) {
+		return &s.aheadAttn[i]
+	}
+	return &s.ahead[i]
+}
+
+// gateWhole reports whether a decode step reads every stored gate_proj row
+// of layer i: dense, GateFirst (and the oracle) and the masked references
+// do; an active set reads its rows.
+func (s *Session) gateWhole(i int) bool {
+	return s.active[i] == nil || s.perToken[i] > 0 || s.MaskedReference
 }
 
 // Context returns the session's context length; Pos the positions filled.
@@ -250,9 +272,10 @@ func (s *Session) forward(tokens []int, all bool) ([]float32, error) {
 	for t, id := range tokens {
 		s.m.Embed.RowF32(x[t*H:(t+1)*H], id)
 	}
+	defer s.pool.Prefetch(nil) // a panic (a fault) leaves no weights named
 	for i := range s.m.Layers {
 		if T == 1 {
-			s.pool.Prefetch(&s.ahead[i+1])
+			s.pool.Prefetch(s.aheadFor(i + 1))
 		}
 		s.attention(i, T)
 		s.ffn(i, T)

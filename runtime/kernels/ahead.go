@@ -8,18 +8,23 @@ type Ahead struct {
 }
 
 // Prefetch has the pool's idle workers read a's weights ahead, one byte a
-// cache line, into the caches that the calls after it then find them in
-// (nil: nothing). A worker is idle while the caller works alone between
+// cache line, into the caches that the calls after it then find them in;
+// nil clears it. A worker is idle while the caller works alone between
 // calls (norms, RoPE, quantizing x, GateFirst's pick) and between its own
 // last chunk and the caller's; decode's matrix-vector products wait on
 // memory, so those gaps are memory bandwidth left unused. Each worker takes
-// every (workers−1)-th page of a, stops at the next call and resumes after
-// it, and is done with a once it reached the end; a new a starts over. On
-// a pool of one thread, or while adapt keeps workers asleep (the CPUs are
-// busy), it does nothing. A memory fault reading a ends the reading (the
-// call that reads those weights reports it). SmolLM2-135M shape, 2
-// threads, 2-vCPU Intel Xeon, next layer's attention projections ahead
-// (README's figures). Caller only, between calls.
+// every (workers−1)-th page of a (pages of aheadPage bytes from each
+// matrix's start), stops at the next call, or when a is replaced, and
+// resumes after it; it is done with a at the end, and reads it again only
+// once it has seen it replaced or cleared. A worker whose CPU was taken
+// while it read (a page took longer than preempted) stops until its next
+// call, so that it parks as an idle worker does (spinFor). On a pool of one thread it
+// does nothing, and while adapt keeps workers asleep (the CPUs are busy) it
+// clears the pool's. The pool keeps a: its weights must stay readable until
+// it is replaced or cleared. A memory fault reading them ends that worker's
+// reading of a (the call that reads those weights reports it). Figures
+// (2-vCPU Intel Xeon, 2 threads): README, Threads. Caller only, between
+// calls.
 func (p *Pool) Prefetch(a *Ahead) {
 	if p.workers == 1 {
 		return
@@ -41,20 +46,27 @@ type readAhead struct {
 	a       *Ahead
 	mi, off int
 	done    bool
-	sink    byte // the bytes read, summed, so that the reads stay
+	paused  bool // preempted while reading: no more until the next call
+	sink    byte // the bytes read, summed, so that the loads are kept
 }
 
 // pending reports whether the pool holds weights to read ahead that this
-// worker has not finished.
+// worker has not finished. Seeing none forgets the last ones, so that the
+// same Ahead handed again is read again.
 func (r *readAhead) pending(p *Pool) bool {
 	a := p.ahead.Load()
-	return a != nil && (a != r.a || !r.done)
+	if a == nil {
+		r.a = nil
+		return false
+	}
+	return !r.paused && (a != r.a || !r.done)
 }
 
 // run reads worker i's pages of the pool's Ahead, pages i, i+n, i+2n, … of
 // its matrices' pages one after the other (n the workers other than the
-// caller), until stop reports a call or the pages end.
-func (r *readAhead) run(p *Pool, i int, stop func() bool) {
+// caller), until fresh reports a call, the pool's Ahead changes, the pages
+// end, a page faults, or the worker was preempted.
+func (r *readAhead) run(p *Pool, i int, fresh func() bool) {
 	a := p.ahead.Load()
 	if a == nil {
 		return
@@ -70,12 +82,20 @@ func (r *readAhead) run(p *Pool, i int, stop func() bool) {
 				panic(e)
 			}
 			r.done = true
+			if p.testAhead != nil {
+				p.testAhead(i, -1, 0)
+			}
 		}
 	}()
-	for !r.done && !stop() {
+	for !r.done && !fresh() && p.ahead.Load() == a {
+		start := now()
 		d := a.Mats[r.mi].Data
 		for o := r.off; o < min(r.off+aheadPage, len(d)); o += 64 {
 			r.sink += d[o]
+		}
+		if now()-start > preempted {
+			r.paused = true // the page read again after the next call
+			return
 		}
 		if p.testAhead != nil {
 			p.testAhead(i, r.mi, r.off)

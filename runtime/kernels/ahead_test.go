@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -95,7 +97,18 @@ func TestPrefetch(t *testing.T) {
 	require.Len(t, aheadPages(a), 4+1+5)
 	check(a)
 	check(b) // a new Ahead is read from its start
-	check(a) // and so is a again, handed anew
+	check(a) // and so is a again, handed after b
+
+	// Done with a, the workers park (they do not poll a finished Ahead).
+	require.Eventually(t, func() bool { return p.parked[0].Load() && p.parked[1].Load() }, 10*time.Second, time.Millisecond)
+	// a again, with nothing in between: not read again
+	p.Prefetch(a)
+	require.Empty(t, waitFor(1, 100*time.Millisecond))
+	// cleared, then a: read again
+	p.Prefetch(nil)
+	MatVec(p, got, m.Mat, x) // the workers see it cleared after the call
+	time.Sleep(10 * time.Millisecond)
+	check(a)
 
 	p.Prefetch(nil)
 	require.Empty(t, waitFor(1, 100*time.Millisecond))
@@ -108,4 +121,110 @@ func TestPrefetch(t *testing.T) {
 
 func sortPages(p [][2]int) {
 	sort.Slice(p, func(i, j int) bool { return p[i][0] < p[j][0] || p[i][0] == p[j][0] && p[i][1] < p[j][1] })
+}
+
+// TestPrefetchYields: a worker reading ahead stops at the next call: it
+// claims the call's chunks before it reads another page, and then goes on
+// from the page after the last it read.
+func TestPrefetchYields(t *testing.T) {
+	raw := Mat{DType: format.F32, Rows: 1, Cols: 16 * aheadPage / 4, Data: make([]byte, 16*aheadPage)}
+	p := NewPool(2)
+	defer p.Close()
+	p.testFixed = true
+	var mu sync.Mutex
+	var events []string
+	hold, holding := make(chan struct{}), make(chan struct{})
+	first := true
+	p.testAhead = func(_, mi, off int) {
+		mu.Lock()
+		events = append(events, fmt.Sprintf("page %d", off/aheadPage))
+		f := first
+		first = false
+		mu.Unlock()
+		if f {
+			close(holding)
+			<-hold // the test publishes a call meanwhile
+		}
+	}
+	p.testClaim = func(int) {
+		mu.Lock()
+		events = append(events, "call")
+		mu.Unlock()
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	m := randMat(rng, format.F32, 256, 64, 0)
+	x, dst := randVec(rng, 64), make([]float32, 256)
+	MatVec(p, dst, m.Mat, x) // wakes the worker
+	p.Prefetch(&Ahead{Mats: []Mat{raw}})
+	<-holding
+	MatVec(p, dst, m.Mat, x) // the caller takes every chunk: the worker is held
+	close(hold)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) > 0 && events[len(events)-1] == "page 15"
+	}, 10*time.Second, time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	// the first call's claim, page 0, the held call's claim, pages 1–15
+	i := slices.Index(events, "page 0")
+	require.Greater(t, i, 0, "%v", events)
+	require.Equal(t, "call", events[i+1], "the worker read on past a call: %v", events)
+	var pages []string
+	for _, e := range events[i:] {
+		if e != "call" {
+			pages = append(pages, e)
+		}
+	}
+	want := make([]string, 16)
+	for k := range want {
+		want[k] = fmt.Sprintf("page %d", k)
+	}
+	require.Equal(t, want, pages, "each page once, in order")
+}
+
+// TestPrefetchReplaced: a worker reading ahead turns to new weights handed
+// to Prefetch while it reads, with no call in between.
+func TestPrefetchReplaced(t *testing.T) {
+	raw := func() Mat {
+		return Mat{DType: format.F32, Rows: 1, Cols: 16 * aheadPage / 4, Data: make([]byte, 16*aheadPage)}
+	}
+	a, b := &Ahead{Mats: []Mat{raw()}}, &Ahead{Mats: []Mat{{}, raw()}}
+	p := NewPool(2)
+	defer p.Close()
+	p.testFixed = true
+	var mu sync.Mutex
+	var pages [][2]int
+	hold, holding := make(chan struct{}), make(chan struct{})
+	p.testAhead = func(_, mi, off int) {
+		mu.Lock()
+		pages = append(pages, [2]int{mi, off})
+		n := len(pages)
+		mu.Unlock()
+		if n == 1 {
+			close(holding)
+			<-hold
+		}
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	m := randMat(rng, format.F32, 256, 64, 0)
+	x, dst := randVec(rng, 64), make([]float32, 256)
+	MatVec(p, dst, m.Mat, x) // wakes the worker
+	p.Prefetch(a)
+	<-holding
+	p.Prefetch(b)
+	close(hold)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(pages) == 1+16
+	}, 10*time.Second, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	want := [][2]int{{0, 0}}
+	for k := range 16 {
+		want = append(want, [2]int{1, k * aheadPage})
+	}
+	require.Equal(t, want, pages, "a's first page, then b's pages only")
 }

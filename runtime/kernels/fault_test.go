@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -98,12 +99,22 @@ func TestPrefetchFault(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	p.testFixed = true
-	var pages atomic.Int32
-	p.testAhead = func(int, int, int) { pages.Add(1) }
+	var pages, faults atomic.Int32
+	p.testAhead = func(_, mi, _ int) {
+		if mi < 0 {
+			faults.Add(1)
+		} else {
+			pages.Add(1)
+		}
+	}
 	p.Prefetch(&Ahead{Mats: []Mat{{DType: format.F32, Rows: 1, Cols: n / 4, Data: data}}})
 	x, dst := make([]float32, 64), make([]float32, 256)
-	for range 2000 { // the worker reads ahead after each call, and faults
+	MatVec(p, dst, good, x) // the worker reads ahead after it, and faults
+	require.Eventually(t, func() bool { return faults.Load() == 1 && p.parked[0].Load() }, 10*time.Second, time.Millisecond,
+		"the worker's reading ahead faulted once, and it then parked (done with those weights)")
+	for range 100 {
 		MatVec(p, dst, good, x)
 	}
 	require.Zero(t, pages.Load(), "a page of the truncated mapping was read")
+	require.Equal(t, int32(1), faults.Load(), "weights that faulted were read again")
 }

@@ -26,6 +26,8 @@ import (
 // and the caller spins for the last chunks (callerSpin); either parks at once
 // when its spin was interrupted by the operating system (the CPUs are
 // oversubscribed, and a spinning thread would take a CPU from one with work).
+// While they spin, workers read ahead the weights the caller named
+// (Prefetch, ahead.go), and the spin's time starts again after each read.
 // While the process's threads wait for CPUs, the caller wakes fewer workers
 // (adapt.go).
 type Pool struct {
@@ -59,7 +61,8 @@ type Pool struct {
 	// load.
 	testFixed bool
 	// testAhead, when set (tests only), runs in worker i after it read
-	// the page at a.Mats[mi].Data[off:] of the pool's Ahead.
+	// the page at a.Mats[mi].Data[off:] of the pool's Ahead (mi −1: a
+	// page faulted).
 	testAhead func(worker, mi, off int)
 	// testSched, when set (tests only, before the first call), replaces
 	// the schedstat reader: a thread's time on a CPU and run delay, ns.
@@ -197,7 +200,12 @@ func now() time.Duration { return time.Since(epoch) }
 // spin polls ready, cpuPause between polls, for up to limit. It returns true
 // once ready does, false when the limit passed or the thread was descheduled
 // while it polled (the CPUs are oversubscribed: the caller should park).
-func spin(ready func() bool, limit time.Duration) bool {
+func spin(ready func() bool, limit time.Duration) bool { return spinFor(ready, ready, limit) }
+
+// spinFor is spin that, when the limit passed or the thread was
+// descheduled, returns final() rather than ready(): a worker polls for a
+// call or weights to read ahead, and parks then unless a call came.
+func spinFor(ready, final func() bool, limit time.Duration) bool {
 	start := now()
 	last := start
 	for {
@@ -209,7 +217,7 @@ func spin(ready func() bool, limit time.Duration) bool {
 		}
 		t := now()
 		if t-start > limit || t-last > preempted {
-			return ready()
+			return final()
 		}
 		last = t
 	}
@@ -250,7 +258,7 @@ func (p *Pool) worker(i int) {
 	var ra readAhead
 	ready := func() bool { return fresh() || ra.pending(p) }
 	for {
-		for !spin(ready, workerSpin) {
+		for !spinFor(ready, fresh, workerSpin) {
 			// Park: announce it, look once more, then sleep unless a call
 			// slipped in (the caller wakes a worker it finds parked).
 			p.parked[i].Store(true)
@@ -271,6 +279,7 @@ func (p *Pool) worker(i int) {
 			p.testClaim(i)
 		}
 		p.work(seen, s, false)
+		ra.paused = false
 	}
 }
 
