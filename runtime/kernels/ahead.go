@@ -15,8 +15,8 @@ type Ahead struct {
 // memory, so those gaps are memory bandwidth left unused. Each worker takes
 // every (workers−1)-th page of a (pages of aheadPage bytes from each
 // matrix's start), stops at the next call, or when a is replaced, and
-// resumes after it; it is done with a at the end, and reads it again only
-// once it has seen it replaced or cleared. A worker whose CPU was taken
+// resumes after it; it is done with a at the end, and reads it again when
+// it is handed again. A worker whose CPU was taken
 // while it read (a page took longer than preempted) stops until its next
 // call, so that it parks as an idle worker does (spinFor). On a pool of one thread it
 // does nothing, and while adapt keeps workers asleep (the CPUs are busy) it
@@ -32,6 +32,7 @@ func (p *Pool) Prefetch(a *Ahead) {
 	if p.active < p.workers {
 		a = nil
 	}
+	p.aheadSeq.Add(1) // before a: a worker that sees a sees its number or a later one
 	p.ahead.Store(a)
 }
 
@@ -44,6 +45,7 @@ const aheadPage = 4096
 // first byte, every aheadPage bytes).
 type readAhead struct {
 	a       *Ahead
+	seq     uint64 // the Prefetch that handed a (Pool.aheadSeq)
 	mi, off int
 	done    bool
 	paused  bool // preempted while reading: no more until the next call
@@ -51,29 +53,25 @@ type readAhead struct {
 }
 
 // pending reports whether the pool holds weights to read ahead that this
-// worker has not finished. Seeing none forgets the last ones, so that the
-// same Ahead handed again is read again.
+// worker has not finished.
 func (r *readAhead) pending(p *Pool) bool {
 	a := p.ahead.Load()
-	if a == nil {
-		r.a = nil
-		return false
-	}
-	return !r.paused && (a != r.a || !r.done)
+	return a != nil && !r.paused && (a != r.a || p.aheadSeq.Load() != r.seq || !r.done)
 }
 
 // run reads worker i's pages of the pool's Ahead, pages i, i+n, i+2n, … of
 // its matrices' pages one after the other (n the workers other than the
-// caller), until fresh reports a call, the pool's Ahead changes, the pages
+// caller), until fresh reports a call, Prefetch is called again, the pages
 // end, a page faults, or the worker was preempted.
 func (r *readAhead) run(p *Pool, i int, fresh func() bool) {
 	a := p.ahead.Load()
 	if a == nil {
 		return
 	}
+	seq := p.aheadSeq.Load()
 	n := p.workers - 1
-	if a != r.a {
-		*r = readAhead{a: a, sink: r.sink, mi: -1}
+	if a != r.a || seq != r.seq {
+		*r = readAhead{a: a, seq: seq, sink: r.sink, mi: -1}
 		r.advance(i + 1)
 	}
 	defer func() {
@@ -87,7 +85,7 @@ func (r *readAhead) run(p *Pool, i int, fresh func() bool) {
 			}
 		}
 	}()
-	for !r.done && !fresh() && p.ahead.Load() == a {
+	for !r.done && !fresh() && p.aheadSeq.Load() == seq {
 		start := now()
 		d := a.Mats[r.mi].Data
 		for o := r.off; o < min(r.off+aheadPage, len(d)); o += 64 {

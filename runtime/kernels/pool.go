@@ -40,9 +40,11 @@ type Pool struct {
 	done    atomic.Int32  // chunks of the current call finished
 	closed  atomic.Bool
 	ahead   atomic.Pointer[Ahead] // weights for idle workers to read ahead (Prefetch)
-	parked  []atomic.Bool         // parked[i]: worker i+1 is (about to be) asleep on wake[i]
-	wake    []chan struct{}       // one-slot wake-up channels
-	waiting atomic.Bool           // the caller is (about to be) asleep on finished
+	// aheadSeq counts Prefetch's calls: the same Ahead handed again is new
+	aheadSeq atomic.Uint64
+	parked   []atomic.Bool   // parked[i]: worker i+1 is (about to be) asleep on wake[i]
+	wake     []chan struct{} // one-slot wake-up channels
+	waiting  atomic.Bool     // the caller is (about to be) asleep on finished
 	// finished has one slot: the worker that finishes a call's last chunk
 	// wakes the caller through it.
 	finished chan struct{}
