@@ -113,19 +113,31 @@ func (m *Model) NewSession(pool *kernels.Pool, ctx int) *Session {
 // whose active set reads some of its gate rows only (Session.aheadFor).
 // forward hands layer i+1's to Pool.Prefetch as layer i begins, so the
 // pool's idle workers read them while they would otherwise wait on the
-// caller (norms, RoPE, GateFirst's pick) or on its last chunk. The rest of
-// a layer's MLP is left to the calls: GateFirst and the active sets read
-// some of its rows only, and on the SmolLM2-135M shape a layer's gaps read
-// about its attention and gate. Figures (2 threads, 2-vCPU Intel Xeon):
-// README, Threads.
+// caller (norms, RoPE, GateFirst's pick) or on its last chunk. Only
+// block-quantized matrices are read ahead: F16 rows wait on their
+// conversion more than on memory (SmolLM2-135M F16, 13.8 GB/s of 28 at 2
+// threads), and reading them ahead cost GateFirst on the γ=0.7 F16 file 3–6%
+// (2-vCPU Intel Xeon). The rest of a layer's MLP is left to the calls:
+// GateFirst and the active sets read some of its rows only, and on the
+// SmolLM2-135M shape a layer's gaps read about its attention and gate.
+// Figures: README, Threads.
 func decodeAhead(m *Model) (whole, attn []kernels.Ahead) {
 	whole = make([]kernels.Ahead, len(m.Layers)+1)
 	attn = make([]kernels.Ahead, len(m.Layers)+1)
-	for i, l := range m.Layers {
-		whole[i].Mats = []kernels.Mat{l.Q, l.K, l.V, l.O, l.MLP.Gate}
-		attn[i].Mats = whole[i].Mats[:4]
+	q := func(ms ...kernels.Mat) []kernels.Mat { // the block-quantized ones
+		var out []kernels.Mat
+		for _, w := range ms {
+			if w.DType.Quantized() {
+				out = append(out, w)
+			}
+		}
+		return out
 	}
-	whole[len(m.Layers)].Mats = []kernels.Mat{m.LMHead}
+	for i, l := range m.Layers {
+		attn[i].Mats = q(l.Q, l.K, l.V, l.O)
+		whole[i].Mats = append(q(l.Q, l.K, l.V, l.O), q(l.MLP.Gate)...)
+	}
+	whole[len(m.Layers)].Mats = q(m.LMHead)
 	attn[len(m.Layers)] = whole[len(m.Layers)]
 	return whole, attn
 }
