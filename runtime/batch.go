@@ -48,8 +48,6 @@ type Batcher struct {
 	steps, tokens atomic.Uint64
 	kv            []kernels.Cache // attention's caches and positions, one step's
 	pos           []int
-	// decodeAhead's, made at the first step
-	ahead, aheadAttn []kernels.Ahead
 }
 
 // batchReq is one session's request: a decode step of id, or (fn non-nil)
@@ -245,7 +243,7 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 	}
 	defer b.pool.Prefetch(nil) // a panic leaves no weights named
 	for i := range m.Layers {
-		b.pool.Prefetch(b.aheadFor(ss, i+1)) // as Session.forward reads ahead
+		b.pool.Prefetch(aheadFor(ss, i+1)) // as Session.forward reads ahead
 		b.attention(ss, i)
 		b.ffn(ss, i)
 	}
@@ -268,20 +266,15 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 }
 
 // aheadFor is Session.aheadFor for a step of the sessions ss: with
-// gate_proj where any of them reads it whole.
-func (b *Batcher) aheadFor(ss []*Session, i int) *kernels.Ahead {
-	if b.ahead == nil {
-		b.ahead, b.aheadAttn = decodeAhead(b.m)
-	}
-	if i < len(b.m.Layers) {
-		for _, s := range ss {
-			if s.gateWhole(i) {
-				return &b.ahead[i]
-			}
+// gate_proj where any of them reads it whole (their lists are their
+// model's, the same for all).
+func aheadFor(ss []*Session, i int) *kernels.Ahead {
+	for _, s := range ss {
+		if i == len(s.active) || s.gateWhole(i) {
+			return s.aheadFor(i)
 		}
-		return &b.aheadAttn[i]
 	}
-	return &b.ahead[i]
+	return ss[0].aheadFor(i)
 }
 
 // attention is Session.attention for one token of each session, at its own

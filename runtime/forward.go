@@ -135,7 +135,7 @@ func decodeAhead(m *Model) (whole, attn []kernels.Ahead) {
 	}
 	for i, l := range m.Layers {
 		attn[i].Mats = q(l.Q, l.K, l.V, l.O)
-		whole[i].Mats = append(q(l.Q, l.K, l.V, l.O), q(l.MLP.Gate)...)
+		whole[i].Mats = append(slices.Clip(attn[i].Mats), q(l.MLP.Gate)...)
 	}
 	whole[len(m.Layers)].Mats = q(m.LMHead)
 	attn[len(m.Layers)] = whole[len(m.Layers)]

@@ -16,15 +16,15 @@ type Ahead struct {
 // every (workers−1)-th page of a (pages of aheadPage bytes from each
 // matrix's start), stops at the next call, or when a is replaced, and
 // resumes after it; it is done with a at the end, and reads it again when
-// it is handed again. A worker whose CPU was taken
-// while it read (a page took longer than preempted) stops until its next
-// call, so that it parks as an idle worker does (spinFor). On a pool of one thread it
-// does nothing, and while adapt keeps workers asleep (the CPUs are busy) it
-// clears the pool's. The pool keeps a: its weights must stay readable until
-// it is replaced or cleared. A memory fault reading them ends that worker's
-// reading of a (the call that reads those weights reports it). Figures
-// (2-vCPU Intel Xeon, 2 threads): README, Threads. Caller only, between
-// calls.
+// it is handed again. A worker whose CPU was taken while it read (a page
+// took longer than preempted) stops until its next call, so that it parks
+// as an idle worker does (spinFor). On a pool of one thread it does
+// nothing, and while adapt keeps workers asleep (the CPUs are busy) it
+// clears the pool's. The pool keeps a: its weights must stay readable
+// until it is replaced or cleared. A memory fault reading them ends that
+// worker's reading of a (the call that reads those weights reports it).
+// Figures (2-vCPU Intel Xeon, 2 threads): README, Threads. Caller only,
+// between calls.
 func (p *Pool) Prefetch(a *Ahead) {
 	if p.workers == 1 {
 		return
