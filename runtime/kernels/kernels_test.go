@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -795,7 +796,7 @@ func TestPoolLateWake(t *testing.T) {
 		}
 		MatVec(p, dst, m.Mat, x)
 		st := p.state.Load()
-		require.Equal(t, int(st&maxChunks), int(p.done.Load()), "call %d returned before its chunks were done", call)
+		require.True(t, p.allDone(st>>genShift, int(st&maxChunks)), "call %d returned before its chunks were done", call)
 		require.Equal(t, first, dst, "call %d", call)
 	}
 	require.True(t, fired.Load(), "the delay never ran: the test did not test the late wake-up (stats %+v)", p.Stats())
@@ -812,6 +813,105 @@ func TestPoolAfterClose(t *testing.T) {
 		require.PanicsWithValue(t, "kernels: Pool used after Close", func() {
 			MatVec(p, make([]float32, 64), m.Mat, randVec(rng, 32))
 		}, "%d threads", th)
+	}
+}
+
+// TestPoolChunksOnce: every chunk of every call runs once, whichever
+// threads are woken (the others only take what is left of the woken
+// threads' runs), and the results are the 1-thread pool's bit for bit.
+// Calls follow each other at once, so a worker still in one call when the
+// next is published (a stale generation) is exercised too.
+func TestPoolChunksOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	m := randMat(rng, format.F32, 1024, 64, 0)
+	x := randVec(rng, 64)
+	want := make([]float32, 1024)
+	MatVec(NewPool(1), want, m.Mat, x)
+	for n := 2; n <= 4; n++ {
+		for active := 1; active <= n; active++ {
+			p := NewPool(n)
+			p.testFixed = true
+			p.active = active
+			ran := make([]atomic.Int32, maxChunks)
+			byThread := make([]atomic.Int64, n)
+			p.testRan = func(k, c int) {
+				ran[c].Add(1)
+				byThread[k].Add(1)
+			}
+			dst := make([]float32, 1024)
+			for call := range 300 {
+				for i := range dst {
+					dst[i] = float32(math.NaN())
+				}
+				before := p.Stats()
+				MatVec(p, dst, m.Mat, x)
+				chunks := int(p.Stats().Chunks - before.Chunks)
+				require.Greater(t, chunks, n, "threads %d, woken %d: the call was cut into chunks", n, active)
+				for c := range ran {
+					want := int32(0)
+					if c < chunks {
+						want = 1
+					}
+					require.Equal(t, want, ran[c].Swap(0), "threads %d, woken %d, call %d: runs of chunk %d", n, active, call, c)
+				}
+				require.Equal(t, want, dst, "threads %d, woken %d, call %d", n, active, call)
+			}
+			p.Close()
+			require.Greater(t, byThread[0].Load(), int64(0), "threads %d, woken %d: the caller ran chunks", n, active)
+		}
+	}
+}
+
+// TestPoolStaleWorker: a worker that read a call's state and then stalled
+// until the caller had run that call alone and published the next one takes
+// no chunk of either when it resumes (its generation has ended), and the
+// next call runs each chunk once.
+func TestPoolStaleWorker(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	m := randMat(rng, format.F32, 1024, 64, 0)
+	x := randVec(rng, 64)
+	want := make([]float32, 1024)
+	MatVec(NewPool(1), want, m.Mat, x)
+	p := NewPool(2)
+	defer p.Close()
+	p.testFixed = true
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var stall, resume sync.Once
+	p.testClaim = func(int) { stall.Do(func() { close(stalled); <-release }) }
+	ran := make([]atomic.Int32, maxChunks)
+	var second atomic.Bool
+	p.testRan = func(k, c int) {
+		ran[c].Add(1)
+		if k == 0 && second.Load() {
+			resume.Do(func() { // the stale worker goes on while this call runs
+				close(release)
+				time.Sleep(20 * time.Millisecond)
+			})
+		}
+	}
+	for call := range 2 {
+		dst := make([]float32, 1024)
+		for i := range dst {
+			dst[i] = float32(math.NaN())
+		}
+		before := p.Stats()
+		MatVec(p, dst, m.Mat, x)
+		st := p.Stats()
+		chunks := int(st.Chunks - before.Chunks)
+		require.Greater(t, chunks, 2, "call %d was cut into chunks", call)
+		for c := range ran {
+			want := int32(0)
+			if c < chunks {
+				want = 1
+			}
+			require.Equal(t, want, ran[c].Swap(0), "call %d: runs of chunk %d", call, c)
+		}
+		require.Equal(t, want, dst, "call %d", call)
+		if call == 0 {
+			require.Equal(t, uint64(chunks), st.CallerChunks-before.CallerChunks, "the caller ran the first call alone")
+			<-stalled // the worker holds the first call's state
+			second.Store(true)
+		}
 	}
 }
 
