@@ -844,7 +844,7 @@ func TestPoolChunksOnce(t *testing.T) {
 					dst[i] = float32(math.NaN())
 				}
 				before := p.Stats()
-				MatVec(p, dst, m.Mat, x)
+				within(t, fmt.Sprintf("threads %d, woken %d, call %d", n, active, call), func() { MatVec(p, dst, m.Mat, x) })
 				chunks := int(p.Stats().Chunks - before.Chunks)
 				require.Greater(t, chunks, n, "threads %d, woken %d: the call was cut into chunks", n, active)
 				for c := range ran {
@@ -895,7 +895,7 @@ func TestPoolStaleWorker(t *testing.T) {
 			dst[i] = float32(math.NaN())
 		}
 		before := p.Stats()
-		MatVec(p, dst, m.Mat, x)
+		within(t, fmt.Sprintf("call %d", call), func() { MatVec(p, dst, m.Mat, x) })
 		st := p.Stats()
 		chunks := int(st.Chunks - before.Chunks)
 		require.Greater(t, chunks, 2, "call %d was cut into chunks", call)
@@ -912,6 +912,72 @@ func TestPoolStaleWorker(t *testing.T) {
 			<-stalled // the worker holds the first call's state
 			second.Store(true)
 		}
+	}
+}
+
+// TestPoolGenerationWrap: calls go on across the state word's 40-bit
+// generation wrapping (the workers extend it to the caller's count), each
+// chunk run once and the results the 1-thread pool's.
+func TestPoolGenerationWrap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	m := randMat(rng, format.F32, 1024, 64, 0)
+	x := randVec(rng, 64)
+	want := make([]float32, 1024)
+	MatVec(NewPool(1), want, m.Mat, x)
+	p := NewPool(2)
+	defer p.Close()
+	p.testFixed = true
+	p.gen = stateGenMask - 4 // before the first call
+	ran := make([]atomic.Int32, maxChunks)
+	var workerRan atomic.Int32
+	p.testRan = func(k, c int) {
+		ran[c].Add(1)
+		if k > 0 {
+			workerRan.Add(1)
+			return
+		}
+		// The caller waits for the worker to take a chunk of the call (it
+		// would take none with a generation that disagreed with the
+		// caller's: the results would not show it).
+		for start := time.Now(); workerRan.Load() == 0 && time.Since(start) < 5*time.Second; {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	for call := range 10 {
+		workerRan.Store(0)
+		dst := make([]float32, 1024)
+		for i := range dst {
+			dst[i] = float32(math.NaN())
+		}
+		before := p.Stats()
+		within(t, fmt.Sprintf("call %d", call), func() { MatVec(p, dst, m.Mat, x) })
+		chunks := int(p.Stats().Chunks - before.Chunks)
+		for c := range ran {
+			want := int32(0)
+			if c < chunks {
+				want = 1
+			}
+			require.Equal(t, want, ran[c].Swap(0), "call %d: runs of chunk %d", call, c)
+		}
+		require.Equal(t, want, dst, "call %d", call)
+		require.Greater(t, workerRan.Load(), int32(0), "call %d: the worker took no chunk", call)
+	}
+	require.Greater(t, p.gen, uint64(stateGenMask), "the generation wrapped")
+}
+
+// within runs f and fails the test if f has not returned within 30 s: a
+// pool that lost a chunk or a wake-up hangs rather than failing.
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no return within 30 s", what)
 	}
 }
 

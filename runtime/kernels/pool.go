@@ -63,9 +63,10 @@ type Pool struct {
 	// fault holds the first memory fault (a panic value with an Addr
 	// method) a chunk of the current call hit; the caller re-panics with it.
 	fault atomic.Pointer[any]
-	// testLastDone, when set (tests only, before the first call), runs in the
-	// worker that finishes a call's last chunk, between its count-down and
-	// its wake-up.
+	// testLastDone, when set (tests only, before the first call), runs in a
+	// worker that finds a call's chunks all done after counting one of its
+	// own, before it looks for a caller to wake (with it set, workers look
+	// after every chunk; without, only while the caller sleeps).
 	testLastDone func()
 	// testClaim, when set (tests only), runs in a worker before it takes
 	// chunks of a call.
@@ -121,11 +122,11 @@ type PoolStats struct {
 func (p *Pool) Stats() PoolStats { return p.stats }
 
 // slot is one thread's part of a call (Pool.slots), tagged with the call's
-// generation: next = gen<<genShift | the next chunk of the thread's range to
-// take, done = gen<<genShift | the chunks the thread finished. A tag older
-// than the call reads as the range's start and as none done, so a call
-// resets no slot. Each field has a cache line of its own: a thread claims
-// and counts on lines it alone writes while no other thread steals.
+// generation (slotWord): next holds the next chunk of the thread's run to
+// take, done the chunks the thread finished. A tag older than the call reads
+// as the run's start and as none done, so a call resets no slot. Each field
+// has a cache line of its own: a thread claims and counts on lines that no
+// other thread writes until it steals from them.
 type slot struct {
 	next atomic.Uint64
 	_    [56]byte
@@ -192,16 +193,26 @@ const (
 // per thread for the prefill products only made prefill no faster.
 const chunksPerWorker = 4
 
-// The state word: the generation above genShift (40 bits: it wraps after 10^12
-// calls, and a worker would have to sleep through all of them between two
-// loads to mistake one call for another), then the threads woken for the call
-// and its number of chunks, chunkBits each. A slot's words keep the
-// generation above genShift too.
+// The state word: the generation above genShift (its low 40 bits: they wrap
+// after 10^12 calls, and a worker would have to sleep through all of them
+// between two loads to mistake one call for another; each worker extends
+// them to the caller's 64-bit count), then the threads woken for the call and
+// its number of chunks, chunkBits each. A slot's words keep the generation's
+// low 52 bits above chunkBits (slotWord): they wrap after 4.5·10^15 calls, 140
+// years at a million calls a second.
 const (
-	chunkBits = 12
-	maxChunks = 1<<chunkBits - 1
-	genShift  = 2 * chunkBits
+	chunkBits    = 12
+	maxChunks    = 1<<chunkBits - 1
+	genShift     = 2 * chunkBits
+	stateGenMask = 1<<(64-genShift) - 1
+	slotGenMask  = 1<<(64-chunkBits) - 1
 )
+
+// slotWord is a slot's word for n (a chunk index or count) in call gen;
+// slotGen its generation tag and slotN its n.
+func slotWord(gen uint64, n int) uint64 { return (gen&slotGenMask)<<chunkBits | uint64(n) }
+func slotGen(w uint64) uint64           { return w >> chunkBits }
+func slotN(w uint64) int                { return int(w & maxChunks) }
 
 // workerSpin is how long an idle worker polls for the next call before it
 // parks; callerSpin how long a caller polls for the last chunks before it
@@ -260,6 +271,7 @@ func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = DefaultThreads()
 	}
+	n = min(n, maxChunks) // the state word's count of threads woken
 	p := &Pool{workers: n, active: n, probeAfter: adaptProbe, parked: make([]atomic.Bool, n-1), wake: make([]chan struct{}, n-1),
 		finished: make(chan struct{}, 1), scratch: make([]*scratch, n), tids: make([]atomic.Int64, n-1),
 		last: make([]threadTimes, n), slots: make([]slot, n)}
@@ -284,8 +296,8 @@ func (p *Pool) worker(i int) {
 	p.tids[i].Store(gettid())
 	debug.SetPanicOnFault(true)
 	s := p.scratch[i+1]
-	var seen uint64
-	fresh := func() bool { return p.state.Load()>>genShift != seen }
+	var seen uint64 // the last call's generation, extended to 64 bits
+	fresh := func() bool { return p.state.Load()>>genShift != seen&stateGenMask }
 	var ra readAhead
 	ready := func() bool { return fresh() || ra.pending(p) }
 	for {
@@ -306,7 +318,7 @@ func (p *Pool) worker(i int) {
 			continue
 		}
 		st := p.state.Load()
-		seen = st >> genShift
+		seen += (st>>genShift - seen) & stateGenMask
 		if p.testClaim != nil {
 			p.testClaim(i)
 		}
@@ -329,19 +341,20 @@ func rangeOf(k, active, total int) (lo, hi int) {
 // returns ok false when none is left (or the call has ended).
 func (p *Pool) take(k int, gen uint64, lo, hi int) (c int, ok bool) {
 	sl := &p.slots[k].next
+	tag := gen & slotGenMask
 	for {
 		s := sl.Load()
 		next := lo
-		switch g := s >> genShift; {
-		case g == gen:
-			next = int(s & (1<<genShift - 1))
-		case g > gen: // a later call: gen has ended
+		switch g := slotGen(s); {
+		case g == tag:
+			next = slotN(s)
+		case g > tag: // a later call: gen has ended
 			return 0, false
 		}
 		if next >= hi {
 			return 0, false
 		}
-		if sl.CompareAndSwap(s, gen<<genShift|uint64(next+1)) {
+		if sl.CompareAndSwap(s, slotWord(gen, next+1)) {
 			return next, true
 		}
 	}
@@ -371,8 +384,8 @@ func (p *Pool) work(gen uint64, st uint64, k int, s *scratch) (ran int) {
 			}
 			ran++
 			d := done.Load()
-			if d>>genShift != gen {
-				d = gen << genShift
+			if slotGen(d) != gen&slotGenMask {
+				d = slotWord(gen, 0)
 			}
 			done.Store(d + 1)
 			if k > 0 && (p.waiting.Load() || p.testLastDone != nil) && p.allDone(gen, total) {
@@ -392,8 +405,8 @@ func (p *Pool) work(gen uint64, st uint64, k int, s *scratch) (ran int) {
 func (p *Pool) allDone(gen uint64, total int) bool {
 	n := 0
 	for k := range p.slots {
-		if d := p.slots[k].done.Load(); d>>genShift == gen {
-			n += int(d & (1<<genShift - 1))
+		if d := p.slots[k].done.Load(); slotGen(d) == gen&slotGenMask {
+			n += slotN(d)
 		}
 	}
 	return n == total
