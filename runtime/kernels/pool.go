@@ -265,8 +265,9 @@ func spinFor(ready, final func() bool, limit time.Duration) bool {
 	}
 }
 
-// NewPool starts a pool of n threads (n ≤ 0: DefaultThreads()). The calling
-// goroutine works too, so n-1 goroutines are started.
+// NewPool starts a pool of n threads (n ≤ 0: DefaultThreads(); at most
+// maxChunks, 4095). The calling goroutine works too, so n-1 goroutines are
+// started.
 func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = DefaultThreads()
