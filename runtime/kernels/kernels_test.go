@@ -839,7 +839,7 @@ func TestPoolChunksOnce(t *testing.T) {
 				byThread[k].Add(1)
 			}
 			dst := make([]float32, 1024)
-			for call := range 300 {
+			for call := range 100 {
 				for i := range dst {
 					dst[i] = float32(math.NaN())
 				}
