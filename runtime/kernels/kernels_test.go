@@ -822,39 +822,19 @@ func TestPoolAfterClose(t *testing.T) {
 // Calls follow each other at once, so a worker still in one call when the
 // next is published (a stale generation) is exercised too.
 func TestPoolChunksOnce(t *testing.T) {
-	rng := rand.New(rand.NewPCG(23, 24))
-	m := randMat(rng, format.F32, 1024, 64, 0)
-	x := randVec(rng, 64)
-	want := make([]float32, 1024)
-	MatVec(NewPool(1), want, m.Mat, x)
+	c := newChunkCheck(23)
 	for n := 2; n <= 4; n++ {
 		for active := 1; active <= n; active++ {
 			p := NewPool(n)
 			p.testFixed = true
 			p.active = active
-			ran := make([]atomic.Int32, maxChunks)
 			byThread := make([]atomic.Int64, n)
-			p.testRan = func(k, c int) {
-				ran[c].Add(1)
+			p.testRan = func(k, ch int) {
+				c.ran[ch].Add(1)
 				byThread[k].Add(1)
 			}
-			dst := make([]float32, 1024)
 			for call := range 100 {
-				for i := range dst {
-					dst[i] = float32(math.NaN())
-				}
-				before := p.Stats()
-				within(t, fmt.Sprintf("threads %d, woken %d, call %d", n, active, call), func() { MatVec(p, dst, m.Mat, x) })
-				chunks := int(p.Stats().Chunks - before.Chunks)
-				require.Greater(t, chunks, n, "threads %d, woken %d: the call was cut into chunks", n, active)
-				for c := range ran {
-					want := int32(0)
-					if c < chunks {
-						want = 1
-					}
-					require.Equal(t, want, ran[c].Swap(0), "threads %d, woken %d, call %d: runs of chunk %d", n, active, call, c)
-				}
-				require.Equal(t, want, dst, "threads %d, woken %d, call %d", n, active, call)
+				c.call(t, p, fmt.Sprintf("threads %d, woken %d, call %d", n, active, call))
 			}
 			p.Close()
 			require.Greater(t, byThread[0].Load(), int64(0), "threads %d, woken %d: the caller ran chunks", n, active)
@@ -867,21 +847,16 @@ func TestPoolChunksOnce(t *testing.T) {
 // no chunk of either when it resumes (its generation has ended), and the
 // next call runs each chunk once.
 func TestPoolStaleWorker(t *testing.T) {
-	rng := rand.New(rand.NewPCG(25, 26))
-	m := randMat(rng, format.F32, 1024, 64, 0)
-	x := randVec(rng, 64)
-	want := make([]float32, 1024)
-	MatVec(NewPool(1), want, m.Mat, x)
+	c := newChunkCheck(25)
 	p := NewPool(2)
 	defer p.Close()
 	p.testFixed = true
 	stalled, release := make(chan struct{}), make(chan struct{})
 	var stall, resume sync.Once
 	p.testClaim = func(int) { stall.Do(func() { close(stalled); <-release }) }
-	ran := make([]atomic.Int32, maxChunks)
 	var second atomic.Bool
-	p.testRan = func(k, c int) {
-		ran[c].Add(1)
+	p.testRan = func(k, ch int) {
+		c.ran[ch].Add(1)
 		if k == 0 && second.Load() {
 			resume.Do(func() { // the stale worker goes on while this call runs
 				close(release)
@@ -890,25 +865,10 @@ func TestPoolStaleWorker(t *testing.T) {
 		}
 	}
 	for call := range 2 {
-		dst := make([]float32, 1024)
-		for i := range dst {
-			dst[i] = float32(math.NaN())
-		}
 		before := p.Stats()
-		within(t, fmt.Sprintf("call %d", call), func() { MatVec(p, dst, m.Mat, x) })
-		st := p.Stats()
-		chunks := int(st.Chunks - before.Chunks)
-		require.Greater(t, chunks, 2, "call %d was cut into chunks", call)
-		for c := range ran {
-			want := int32(0)
-			if c < chunks {
-				want = 1
-			}
-			require.Equal(t, want, ran[c].Swap(0), "call %d: runs of chunk %d", call, c)
-		}
-		require.Equal(t, want, dst, "call %d", call)
+		chunks := c.call(t, p, fmt.Sprintf("call %d", call))
 		if call == 0 {
-			require.Equal(t, uint64(chunks), st.CallerChunks-before.CallerChunks, "the caller ran the first call alone")
+			require.Equal(t, uint64(chunks), p.Stats().CallerChunks-before.CallerChunks, "the caller ran the first call alone")
 			<-stalled // the worker holds the first call's state
 			second.Store(true)
 		}
@@ -919,19 +879,14 @@ func TestPoolStaleWorker(t *testing.T) {
 // generation wrapping (the workers extend it to the caller's count), each
 // chunk run once and the results the 1-thread pool's.
 func TestPoolGenerationWrap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(27, 28))
-	m := randMat(rng, format.F32, 1024, 64, 0)
-	x := randVec(rng, 64)
-	want := make([]float32, 1024)
-	MatVec(NewPool(1), want, m.Mat, x)
+	c := newChunkCheck(27)
 	p := NewPool(2)
 	defer p.Close()
 	p.testFixed = true
 	p.gen = stateGenMask - 4 // before the first call
-	ran := make([]atomic.Int32, maxChunks)
 	var workerRan atomic.Int32
-	p.testRan = func(k, c int) {
-		ran[c].Add(1)
+	p.testRan = func(k, ch int) {
+		c.ran[ch].Add(1)
 		if k > 0 {
 			workerRan.Add(1)
 			return
@@ -945,24 +900,51 @@ func TestPoolGenerationWrap(t *testing.T) {
 	}
 	for call := range 10 {
 		workerRan.Store(0)
-		dst := make([]float32, 1024)
-		for i := range dst {
-			dst[i] = float32(math.NaN())
-		}
-		before := p.Stats()
-		within(t, fmt.Sprintf("call %d", call), func() { MatVec(p, dst, m.Mat, x) })
-		chunks := int(p.Stats().Chunks - before.Chunks)
-		for c := range ran {
-			want := int32(0)
-			if c < chunks {
-				want = 1
-			}
-			require.Equal(t, want, ran[c].Swap(0), "call %d: runs of chunk %d", call, c)
-		}
-		require.Equal(t, want, dst, "call %d", call)
+		c.call(t, p, fmt.Sprintf("call %d", call))
 		require.Greater(t, workerRan.Load(), int32(0), "call %d: the worker took no chunk", call)
 	}
 	require.Greater(t, p.gen, uint64(stateGenMask), "the generation wrapped")
+}
+
+// chunkCheck is the pool tests' call: a MatVec of a random 1024 × 64 F32
+// matrix, whose result must be the 1-thread pool's (want), and ran, the runs
+// of each chunk index, which the test's Pool.testRan hook counts.
+type chunkCheck struct {
+	m    testMat
+	x    []float32
+	want []float32
+	ran  []atomic.Int32
+}
+
+func newChunkCheck(seed uint64) *chunkCheck {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	c := &chunkCheck{m: randMat(rng, format.F32, 1024, 64, 0), x: randVec(rng, 64), want: make([]float32, 1024), ran: make([]atomic.Int32, maxChunks)}
+	MatVec(NewPool(1), c.want, c.m.Mat, c.x)
+	return c
+}
+
+// call runs the MatVec on p (within 30 s) into a NaN-filled dst and checks
+// that it was cut into more chunks than p has threads, that each chunk ran
+// once (clearing the counts) and the result. It returns the chunks.
+func (c *chunkCheck) call(t *testing.T, p *Pool, what string) int {
+	t.Helper()
+	dst := make([]float32, len(c.want))
+	for i := range dst {
+		dst[i] = float32(math.NaN())
+	}
+	before := p.Stats()
+	within(t, what, func() { MatVec(p, dst, c.m.Mat, c.x) })
+	chunks := int(p.Stats().Chunks - before.Chunks)
+	require.Greater(t, chunks, p.Threads(), "%s: the call was cut into chunks", what)
+	for ch := range c.ran {
+		want := int32(0)
+		if ch < chunks {
+			want = 1
+		}
+		require.Equal(t, want, c.ran[ch].Swap(0), "%s: runs of chunk %d", what, ch)
+	}
+	require.Equal(t, c.want, dst, what)
+	return chunks
 }
 
 // within runs f and fails the test if f has not returned within 30 s: a
