@@ -479,13 +479,6 @@ func openRun(c *cli.Context, open Opener) (*Loaded, error) {
 func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	sp := runtime.Sparsity{Phi: c.Float64("phi"), Alpha: c.Float64("alpha")}
 	mode := c.String("mode")
-	gamma := 1.0 // of the first layer that drops neurons
-	for i := range m.Layers {
-		if f := &m.Layers[i].MLP; f.Sliced && f.Kept() < m.Config.Intermediate {
-			gamma = float64(f.Kept()) / float64(m.Config.Intermediate)
-			break
-		}
-	}
 	if mode == "" {
 		mode = "dense"
 		sliced := false
@@ -506,15 +499,31 @@ func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	if sp.Mode, err = runtime.ParseMode(mode); err != nil {
 		return sp, err
 	}
-	if sp.Mode == runtime.GateFirst && !c.IsSet("phi") {
-		// What selectinfer reads at the default φ (0.25 on a γ=0.7 file).
-		// A file with up_proj sketches reads them too (their bytes come off φ).
-		sp.Phi = max(gateFirstPhi(m, gamma, sp.Phi), 0.05)
-	}
+	sp.Phi = ModePhi(c, m, sp.Mode)
 	if err := sp.Validate(m); err != nil {
 		return sp, err
 	}
 	return sp, nil
+}
+
+// ModePhi is mode's φ on m: --phi where it is set, else its default (0.4),
+// but for GateFirst what selectinfer reads at that φ (0.25 on a γ=0.7
+// file; a file with up_proj sketches reads them too, and their bytes come
+// off φ), at least 0.05. The server gives it to a request that names a mode
+// and no phi.
+func ModePhi(c *cli.Context, m *runtime.Model, mode runtime.Mode) float64 {
+	phi := c.Float64("phi")
+	if mode != runtime.GateFirst || c.IsSet("phi") {
+		return phi
+	}
+	gamma := 1.0 // of the first layer that drops neurons
+	for i := range m.Layers {
+		if f := &m.Layers[i].MLP; f.Sliced && f.Kept() < m.Config.Intermediate {
+			gamma = float64(f.Kept()) / float64(m.Config.Intermediate)
+			break
+		}
+	}
+	return max(gateFirstPhi(m, gamma, phi), 0.05)
 }
 
 // gateFirstPhi is GateFirst's φ at what selectinfer reads at phi from m, a

@@ -289,6 +289,9 @@ func (s *Server) parseCommon(f fields) (request, *apiError) {
 			return r, badRequest("mode", "mode: %v", err)
 		}
 		r.sparsity.Mode = m
+		if !f.has("phi") && s.cfg.ModePhi != nil {
+			r.sparsity.Phi = s.cfg.ModePhi(m)
+		}
 	}
 	if e := f.float("phi", &r.sparsity.Phi); e != nil {
 		return r, e

@@ -442,3 +442,50 @@ func TestServeKVCacheF16(t *testing.T) {
 	require.NotEmpty(t, texts["f32"])
 	require.Equal(t, texts["f32"], texts["f16"])
 }
+
+// TestServeModePhi: on a γ=0.7 file, served in its default mode
+// (GateFirst, φ 0.25), a request naming "mode":"selectinfer" and no phi
+// runs at selectinfer's own φ (0.4), as `sinf-run --mode selectinfer` does,
+// with the same greedy tokens (before: GateFirst's φ, a 400 blaming phi); a
+// phi the request gives is still checked.
+func TestServeModePhi(t *testing.T) {
+	file, _ := files(t)
+	addr := startServe(t, file)
+	const prompt = "Once upon a time"
+	code, _, b := post(t, "http://"+addr+"/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8,"temperature":0,"mode":"selectinfer"}`, prompt))
+	require.Equal(t, 200, code, "%s", b)
+	c := decode(t, b)
+	var o bytes.Buffer
+	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: &o, ErrWriter: io.Discard}
+	require.NoError(t, app.Run([]string{"sinf-run", "--model", file, "--prompt", prompt, "--max-tokens", "8", "--json", "--threads", "1", "--mode", "selectinfer", "--temperature", "0"}))
+	var rep runcmd.Report
+	require.NoError(t, json.Unmarshal(o.Bytes(), &rep))
+	require.NotEmpty(t, rep.Text)
+	require.Equal(t, rep.Text, c.Choices[0].Text, "the server's selectinfer and sinf-run's")
+	code, _, b = post(t, "http://"+addr+"/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8,"mode":"selectinfer","phi":0.25}`, prompt))
+	require.Equal(t, 400, code, "%s", b)
+	require.Contains(t, string(b), `"param":"phi"`)
+}
+
+// TestServeParallelLimit: --parallel above 1024 is refused by name, and so
+// are slots whose KV caches and buffers exceed the machine's memory, before
+// any is allocated (before: --parallel 100000 grew the process until the
+// machine ran out of memory).
+func TestServeParallelLimit(t *testing.T) {
+	file, _ := files(t)
+	app := &cli.App{Name: "sinf-run", Commands: []*cli.Command{serve.Command()}, Writer: io.Discard, ErrWriter: io.Discard}
+	err := app.Run([]string{"sinf-run", "serve", "--model", file, "--port", "0", "--parallel", fmt.Sprint(serve.MaxParallel + 1)})
+	require.ErrorContains(t, err, fmt.Sprintf("--parallel %d: want 1 to %d", serve.MaxParallel+1, serve.MaxParallel))
+
+	l, err := runcmd.OpenSinf(file, false)
+	require.NoError(t, err)
+	defer l.Close()
+	c := l.Model.Config
+	ctx := min(c.MaxContext(), runtime.DefaultContext)
+	mem := runtime.EstimateMemory(c, 0, 0, ctx, 1, 1)
+	slot := mem.KV + mem.Buffers
+	require.Positive(t, mem.KV)
+	require.NoError(t, serve.CheckSlotMemory(l.Model, 0, 10, 10*slot))
+	require.ErrorContains(t, serve.CheckSlotMemory(l.Model, 0, 10, 10*slot-1), "--parallel 10: the slots' KV caches and buffers")
+	require.NoError(t, serve.CheckSlotMemory(l.Model, 0, 10, 0), "unknown memory: no check")
+}

@@ -87,8 +87,8 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 	if c.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", c.Args().Slice())
 	}
-	if parallel < 1 {
-		return nil, fmt.Errorf("--parallel %d: want ≥ 1", parallel)
+	if parallel < 1 || parallel > maxParallel {
+		return nil, fmt.Errorf("--parallel %d: want 1 to %d (each slot holds a KV cache and buffers of its own)", parallel, maxParallel)
 	}
 	if err := runcmd.CheckThreads(c); err != nil {
 		return nil, err
@@ -111,6 +111,10 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 		return nil, err
 	}
 	if err := runcmd.SetKVCache(c, l.Model); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := checkSlotMemory(l.Model, c.Int("context"), parallel, physicalMemory()); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -168,7 +172,8 @@ func Open(c *cli.Context, parallel int) (*Opened, error) {
 			return b, err
 		},
 		Parallel: parallel, Sampling: sam, Sparsity: sp, EOS: l.EOS(), MaxTokens: c.Int("max-tokens"),
-		MaxTokensLimit: c.Int("max-tokens-limit")}
+		MaxTokensLimit: c.Int("max-tokens-limit"),
+		ModePhi:        func(m runtime.Mode) float64 { return runcmd.ModePhi(c, l.Model, m) }}
 	if batched {
 		shared := runcmd.NewBatched(l, dev, min(c.Int("batch-groups"), parallel)) // a group without a slot would hold threads
 		o.Cfg.NewBackend = func() (runcmd.Backend, error) { return shared.Slot(), nil }
@@ -284,4 +289,45 @@ func Run(ctx context.Context, ln net.Listener, srv *Server, grace time.Duration,
 		return err
 	}
 	return nil
+}
+
+// maxParallel is the most slots --parallel takes.
+const maxParallel = 1024
+
+// checkSlotMemory refuses parallel slots whose KV caches and decode buffers
+// (runtime.EstimateMemory at a context of ctx, 0: the session default)
+// alone exceed total, the machine's memory in bytes (0: unknown, no check),
+// before any is allocated: they are allocated as the slots open, and too
+// many grew the process until the machine ran out of memory.
+func checkSlotMemory(m *runtime.Model, ctx, parallel int, total int64) error {
+	if total <= 0 {
+		return nil
+	}
+	if ctx <= 0 {
+		ctx = min(m.Config.MaxContext(), runtime.DefaultContext)
+	}
+	mem := runtime.EstimateMemory(m.Config, 0, 0, ctx, 1, 1).WithKVCache(m.Config, m.KVCache)
+	if need := int64(parallel) * (mem.KV + mem.Buffers); need > total {
+		return fmt.Errorf("--parallel %d: the slots' KV caches and buffers at a context of %d would take %.1f GiB, more than this machine's %.1f GiB of memory; lower --parallel or --context",
+			parallel, ctx, float64(need)/(1<<30), float64(total)/(1<<30))
+	}
+	return nil
+}
+
+// physicalMemory returns the machine's memory in bytes (Linux: MemTotal of
+// /proc/meminfo), or 0 where it cannot be read.
+func physicalMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

@@ -14,3 +14,8 @@ func ChatLoop(srv *Server, seed uint64, system string, in io.Reader, out io.Writ
 
 // ChatHelp is the chat loop's /help text.
 const ChatHelp = chatHelp
+
+// CheckSlotMemory is checkSlotMemory; MaxParallel maxParallel.
+var CheckSlotMemory = checkSlotMemory
+
+const MaxParallel = maxParallel

@@ -57,8 +57,12 @@ type Config struct {
 	Parallel   int // slots (≥ 1)
 	Queue      int // requests that may wait for a slot beyond those running (≥ 0)
 
-	Sampling  runtime.SamplingParams // defaults: generation_config.json, then flags
-	Sparsity  runtime.Sparsity       // defaults: --mode, --phi, --alpha
+	Sampling runtime.SamplingParams // defaults: generation_config.json, then flags
+	Sparsity runtime.Sparsity       // defaults: --mode, --phi, --alpha
+	// ModePhi, when set, is the φ of a request that names a mode and no
+	// phi (runcmd.ModePhi: GateFirst's differs from the others'); nil:
+	// Sparsity.Phi.
+	ModePhi   func(runtime.Mode) float64
 	EOS       []int
 	MaxTokens int // default max_tokens
 	// MaxTokensLimit caps every request's max_tokens (0: no cap but the
