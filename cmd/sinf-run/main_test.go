@@ -39,7 +39,7 @@ func TestCommandErrors(t *testing.T) {
 	}{
 		{[]string{}, `Required flag "model" not set (or run a command: serve, chat)`},
 		{[]string{"serve", "--model", file, "--host", "0.0.0.0"}, "--host 0.0.0.0: listening beyond this machine needs --api-key KEY (or $SINF_API_KEY)"},
-		{[]string{"serve", "--model", file, "--parallel", "0"}, "--parallel 0: want ≥ 1"},
+		{[]string{"serve", "--model", file, "--parallel", "0"}, "--parallel 0: want 1 to 1024"},
 		{[]string{"serve", "--model", file, "--parallel", "4", "--batch-groups", "2"}, "--batch-groups 2: want ≥ 1, and more than 1 only with --batch"},
 		{[]string{"serve", "--model", file, "--max-body", "10"}, "--max-body 10: want ≥ 1024 bytes"},
 		{[]string{"serve", "--model", file, "--top-p", "2"}, "--top-p 2: want a probability in (0, 1]"},
