@@ -43,6 +43,9 @@ func CreateTemp(path string) (f *os.File, release func(), err error) {
 		return nil, nil, fmt.Errorf("%w (it holds %s): wait for it to finish, or write to another path", ErrBusy, lockName)
 	}
 	if err != nil {
+		if _, serr := os.Stat(dir); serr != nil { // name the folder, not the lock file in it
+			return nil, nil, fmt.Errorf("writing %s: its folder: %w", path, serr)
+		}
 		return nil, nil, err
 	}
 	if lock != nil {

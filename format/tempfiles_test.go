@@ -81,3 +81,14 @@ func TestKilledWriter(t *testing.T) {
 	_, err = Open(path)
 	require.NoError(t, err)
 }
+
+// TestCreateMissingFolder: a path in a folder that does not exist fails
+// naming the path and its folder, not the lock file CreateTemp would take
+// there.
+func TestCreateMissingFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "none", "m.sinf")
+	_, err := Create(path, testMeta(), 0)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorContains(t, err, "writing "+path+": its folder: ")
+	require.NotContains(t, err.Error(), ".lock")
+}

@@ -254,6 +254,7 @@ func TestLoadPromptFile(t *testing.T) {
 
 	bad := map[string]string{
 		`{"id": "a"}`:                         `missing string field "prompt"`,
+		`{"prompt": ""}`:                      `bad.jsonl:1: field "prompt" is empty`,
 		`{"prompt": "p", "reference": 3}`:     `"reference"`,
 		`{"prompt": "p", "id": [1]}`:          `"id"`,
 		`{"prompt": "p"}` + "\n" + `not json`: "bad.jsonl:2",

@@ -70,7 +70,7 @@ func PromptsTask(path string) Task {
 }
 
 // LoadPrompts reads a user prompt file: JSON Lines, one object per line with
-// a string field "prompt" (required; used verbatim as the Prompt), an
+// a string field "prompt" (required, not empty; used verbatim as the Prompt), an
 // optional "id" (string or number; default: the zero-based position of the
 // example) and an optional "reference" (a string or a list of strings,
 // becoming Refs). Blank lines are skipped. A malformed line is an error
@@ -85,6 +85,9 @@ func LoadPrompts(path string) ([]Example, error) {
 		}
 		if p.Prompt == nil {
 			return errors.New(`missing string field "prompt"`)
+		}
+		if *p.Prompt == "" {
+			return errors.New(`field "prompt" is empty`)
 		}
 		e := Example{ID: strconv.Itoa(len(ex)), Prompt: *p.Prompt}
 		if id, ok, err := jsonScalar(p.ID); err != nil {
