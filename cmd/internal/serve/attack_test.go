@@ -405,11 +405,7 @@ func TestContextEnd(t *testing.T) {
 	code, _, b := post(t, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":100}`, prompt))
 	require.Equal(t, 200, code, "%s", b)
 	c := decode(t, b)
-	var o bytes.Buffer
-	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: &o, ErrWriter: io.Discard}
-	require.NoError(t, app.Run([]string{"sinf-run", "--model", file, "--prompt", prompt, "--max-tokens", "100", "--context", "8", "--json", "--threads", "1", "--mode", "selectinfer"}))
-	var rep runcmd.Report
-	require.NoError(t, json.Unmarshal(o.Bytes(), &rep))
+	rep := runReport(t, file, prompt, "--max-tokens", "100", "--context", "8", "--mode", "selectinfer")
 	require.Len(t, rep.IDs, 2, "sinf-run")
 	require.Equal(t, "context", rep.FinishReason)
 	require.Equal(t, 2, c.Usage.CompletionTokens, "the server")
@@ -455,11 +451,7 @@ func TestServeModePhi(t *testing.T) {
 	code, _, b := post(t, "http://"+addr+"/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8,"temperature":0,"mode":"selectinfer"}`, prompt))
 	require.Equal(t, 200, code, "%s", b)
 	c := decode(t, b)
-	var o bytes.Buffer
-	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: &o, ErrWriter: io.Discard}
-	require.NoError(t, app.Run([]string{"sinf-run", "--model", file, "--prompt", prompt, "--max-tokens", "8", "--json", "--threads", "1", "--mode", "selectinfer", "--temperature", "0"}))
-	var rep runcmd.Report
-	require.NoError(t, json.Unmarshal(o.Bytes(), &rep))
+	rep := runReport(t, file, prompt, "--max-tokens", "8", "--mode", "selectinfer", "--temperature", "0")
 	require.NotEmpty(t, rep.Text)
 	require.Equal(t, rep.Text, c.Choices[0].Text, "the server's selectinfer and sinf-run's")
 	code, _, b = post(t, "http://"+addr+"/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8,"mode":"selectinfer","phi":0.25}`, prompt))
@@ -488,4 +480,16 @@ func TestServeParallelLimit(t *testing.T) {
 	require.NoError(t, serve.CheckSlotMemory(l.Model, 0, 10, 10*slot))
 	require.ErrorContains(t, serve.CheckSlotMemory(l.Model, 0, 10, 10*slot-1), "--parallel 10: the slots' KV caches and buffers")
 	require.NoError(t, serve.CheckSlotMemory(l.Model, 0, 10, 0), "unknown memory: no check")
+}
+
+// runReport runs `sinf-run --model file --prompt prompt --json --threads 1
+// args...` in process and returns its report.
+func runReport(t *testing.T, file, prompt string, args ...string) runcmd.Report {
+	t.Helper()
+	var o bytes.Buffer
+	app := &cli.App{Name: "sinf-run", Flags: runcmd.Flags(), Action: runcmd.Action(runcmd.OpenSinf), Writer: &o, ErrWriter: io.Discard}
+	require.NoError(t, app.Run(append([]string{"sinf-run", "--model", file, "--prompt", prompt, "--json", "--threads", "1"}, args...)))
+	var rep runcmd.Report
+	require.NoError(t, json.Unmarshal(o.Bytes(), &rep))
+	return rep
 }
