@@ -29,5 +29,7 @@ $sinf convert --quiet --model "$model" --task-scores "$out/task.scores" --model-
 $sinf verify "$out/tinystories-656k.sinf"
 
 echo "== run: sinf-run, gatefirst (the default: phi 0.25 reads what selectinfer reads at 0.4)"
-$run --model "$out/tinystories-656k.sinf" --prompt "Once upon a time, there was a little girl named Lily. She" \
-	--max-tokens 80
+prompt="Once upon a time, there was a little girl named Lily. She"
+echo "prompt: $prompt"
+printf 'continuation (the 656K-parameter model goes on from the last token): '
+$run --model "$out/tinystories-656k.sinf" --prompt "$prompt" --max-tokens 80

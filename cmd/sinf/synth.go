@@ -24,7 +24,7 @@ func synthCommand() *cli.Command {
 			&cli.StringFlag{Name: "tokenizer", Required: true, Usage: "folder with tokenizer.json (and tokenizer_config.json) to copy, e.g. ../shared/tokenizers/llama3"},
 			&cli.StringFlag{Name: "dtype", Value: "bf16", Usage: "weight dtype: f32, f16 or bf16"},
 			&cli.Uint64Flag{Name: "seed", Usage: "random seed (the same seed gives the same bytes)"},
-			&cli.IntFlag{Name: "vocab", Usage: "vocab_size (0: the larger of the real model's and the tokenizer's; give the real one, e.g. 49152 for SmolLM2 with a Llama-3 tokenizer, for exact shapes)"},
+			&cli.IntFlag{Name: "vocab", Usage: "vocab_size (0: the larger of the real model's and the tokenizer's; give the real one, e.g. 49152 for SmolLM2 with a Llama-3 tokenizer, for exact shapes: for speed only, since such a file refuses the tokenizer's ids above it, Llama-3's chat end 128009 among them, and cannot chat)"},
 			&cli.StringFlag{Name: "max-shard-size", Value: "2GB", Usage: "shard the weights into files of at most this size"},
 			&cli.BoolFlag{Name: "force", Usage: "write into a non-empty folder, replacing its weight files"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output folder"},
