@@ -474,24 +474,16 @@ func openRun(c *cli.Context, open Opener) (*Loaded, error) {
 
 // Sparsity reads --mode, --phi and --alpha and validates them against m.
 // Without --mode, a model with a sliced layer that drops neurons runs
-// selectinfer; any other runs dense, and a file whose sliced layers keep
+// gatefirst; any other runs dense, and a file whose sliced layers keep
 // every neuron (γ = 1, the dense baseline) says so on the error stream.
 func Sparsity(c *cli.Context, m *runtime.Model) (runtime.Sparsity, error) {
 	sp := runtime.Sparsity{Phi: c.Float64("phi"), Alpha: c.Float64("alpha")}
 	mode := c.String("mode")
 	if mode == "" {
 		mode = "dense"
-		sliced := false
-		for i := range m.Layers {
-			if f := &m.Layers[i].MLP; f.Sliced {
-				sliced = true
-				if f.Kept() < m.Config.Intermediate {
-					mode = "gatefirst"
-					break
-				}
-			}
-		}
-		if sliced && mode == "dense" {
+		if fileGamma(m) < 1 {
+			mode = "gatefirst"
+		} else if slices.ContainsFunc(m.Layers, func(l runtime.Layer) bool { return l.MLP.Sliced }) {
 			fmt.Fprintln(c.App.ErrWriter, "note: the file keeps every FFN neuron of its sliced layers (gamma 1), so it runs dense; give --mode selectinfer or coreinfer for sparse decode")
 		}
 	}
@@ -516,14 +508,18 @@ func ModePhi(c *cli.Context, m *runtime.Model, mode runtime.Mode) float64 {
 	if mode != runtime.GateFirst || c.IsSet("phi") {
 		return phi
 	}
-	gamma := 1.0 // of the first layer that drops neurons
+	return max(gateFirstPhi(m, fileGamma(m), phi), 0.05)
+}
+
+// fileGamma is m's γ: the share of FFN neurons the first sliced layer that
+// drops any keeps, or 1 where none drops any.
+func fileGamma(m *runtime.Model) float64 {
 	for i := range m.Layers {
 		if f := &m.Layers[i].MLP; f.Sliced && f.Kept() < m.Config.Intermediate {
-			gamma = float64(f.Kept()) / float64(m.Config.Intermediate)
-			break
+			return float64(f.Kept()) / float64(m.Config.Intermediate)
 		}
 	}
-	return max(gateFirstPhi(m, gamma, phi), 0.05)
+	return 1
 }
 
 // gateFirstPhi is GateFirst's φ at what selectinfer reads at phi from m, a
