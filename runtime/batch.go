@@ -270,7 +270,7 @@ func (b *Batcher) decode(ss []*Session, ids []int) (err error) {
 // model's, the same for all).
 func aheadFor(ss []*Session, i int) *kernels.Ahead {
 	for _, s := range ss {
-		if i == len(s.active) || s.gateWhole(i) {
+		if s.gateWhole(i) {
 			return s.aheadFor(i)
 		}
 	}

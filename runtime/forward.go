@@ -146,7 +146,7 @@ func decodeAhead(m *Model) (whole, attn []kernels.Ahead) {
 // ahead in decode: decodeAhead's, without gate_proj where the layer's
 // active set reads some of its rows only.
 func (s *Session) aheadFor(i int) *kernels.Ahead {
-	if i < len(s.active) && !s.gateWhole(i) {
+	if !s.gateWhole(i) {
 		return &s.aheadAttn[i]
 	}
 	return &s.ahead[i]
@@ -154,9 +154,10 @@ func (s *Session) aheadFor(i int) *kernels.Ahead {
 
 // gateWhole reports whether a decode step reads every stored gate_proj row
 // of layer i: dense, GateFirst (and the oracle) and the masked references
-// do; an active set reads its rows.
+// do; an active set reads its rows. i = layers (the LM head's turn, which
+// has no gate) reports true: its list is the whole one.
 func (s *Session) gateWhole(i int) bool {
-	return s.active[i] == nil || s.perToken[i] > 0 || s.MaskedReference
+	return i >= len(s.active) || s.active[i] == nil || s.perToken[i] > 0 || s.MaskedReference
 }
 
 // Context returns the session's context length; Pos the positions filled.
